@@ -1,0 +1,133 @@
+"""The method interface: (personal blocks) × (how shared blocks mix) × (local recipe).
+
+A method subclasses :class:`Algorithm`, states its three choices, and overrides a hook only where
+its paper's algorithm box departs from the engine's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from fedpart.engine.mixing import weighted_average
+from fedpart.engine.recipe import Recipe
+from fedpart.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedpart.engine.simulation import Simulation
+
+State = dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass
+class NoOptions:
+    """A method without hyperparameters of its own."""
+
+
+class Algorithm:
+    """Base class of every method. The defaults give FedAvg over the shared blocks.
+
+    Class attributes a method sets:
+      ``name``: registry name; ``summary``: one line for ``fedpart list``;
+      ``setting``: ``centralized``, ``cloud-edge`` or ``decentralized``;
+      ``Options``: a dataclass of the method's hyperparameters (``algorithm.*`` keys), whose
+      fields carry a ``doc`` in their metadata and which may define ``check()``;
+      ``has_global_model``: whether a server model exists to evaluate globally.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    setting: ClassVar[str] = "centralized"
+    Options: ClassVar[type] = NoOptions
+    has_global_model: ClassVar[bool] = True
+    backends: ClassVar[tuple[str, ...]] = ("sequential",)
+
+    def __init__(self, options: Any, sim: Simulation) -> None:
+        self.options = options
+        self.sim = sim
+
+    # ----------------------------------------------------------------- options
+    @classmethod
+    def option_docs(cls) -> dict[str, str]:
+        """``algorithm.*`` key → one-line description."""
+        return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls.Options)}
+
+    @classmethod
+    def parse_options(cls, raw: dict[str, Any]) -> Any:
+        """Validate ``algorithm.*`` values into ``cls.Options``; raise ConfigError on bad input."""
+        from fedpart.config import _coerce  # noqa: PLC0415 - shared type checking
+
+        hints = typing.get_type_hints(cls.Options)
+        values = {}
+        for key, value in raw.items():
+            if key not in hints:
+                valid = ", ".join(["name", *hints]) or "name"
+                raise ConfigError(f"algorithm.{key}", f"unknown key for {cls.name}; valid keys: {valid}")
+            values[key] = _coerce(value, hints[key], f"algorithm.{key}")
+        options = cls.Options(**values)
+        check = getattr(options, "check", None)
+        if check is not None:
+            check()
+        return options
+
+    @classmethod
+    def supports(cls, cfg: Any) -> bool:
+        """Whether this method can run the given config (used by ``fedpart compare``)."""
+        return True
+
+    # ------------------------------------------------------- the three choices
+    def personal_blocks(self) -> set[str]:
+        """Blocks that never leave their client."""
+        return set()
+
+    def frozen_blocks(self, rnd: int) -> set[str]:
+        """Blocks neither trained nor sent in round ``rnd`` (they keep their current values)."""
+        return set()
+
+    def recipe(self, rnd: int, client: int) -> Recipe:
+        """The local training of ``client`` in round ``rnd``."""
+        return Recipe()
+
+    # ------------------------------------------------------------------- hooks
+    def setup(self) -> None:
+        """Called once after the model and data exist (create method state here)."""
+
+    def start_state(self, rnd: int, client: int) -> State:
+        """The model a client starts local training from: global shared blocks ⊕ its personal ones."""
+        return self.sim.store.client_state(client)
+
+    def upload(self, rnd: int, client: int, state: State) -> State:
+        """What a client sends after training: its shared, non-frozen tensors."""
+        keys = self.sim.store.shared_keys(self.frozen_blocks(rnd))
+        return {k: state[k] for k in keys}
+
+    def download_keys(self, rnd: int) -> list[str]:
+        """Keys the server sends each participant at the start of the round."""
+        return self.sim.store.shared_keys(self.frozen_blocks(rnd))
+
+    def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        """Mix the uploads into the server model: FedAvg's data-size-weighted average."""
+        if not uploads:
+            return
+        clients = sorted(uploads)
+        keys = list(uploads[clients[0]])
+        mixed = weighted_average([uploads[c] for c in clients], [weights[c] for c in clients], keys)
+        self.sim.store.global_state.update(mixed)
+
+    def eval_state(self, client: int) -> State:
+        """The model a client is evaluated with (its personalised model)."""
+        return self.sim.store.client_state(client)
+
+    def finish(self) -> None:
+        """Called after the last round, before the final evaluation (e.g. fine-tuning)."""
+
+    # ------------------------------------------------------------- checkpoints
+    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Method state beyond the store, as (tensors, JSON-able values), for checkpoints."""
+        return {}, {}
+
+    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned."""

@@ -1,0 +1,16 @@
+"""Local: every client trains alone; nothing is communicated."""
+
+from fedpart.algorithms.base import Algorithm
+from fedpart.algorithms.registry import register
+
+
+@register
+class Local(Algorithm):
+    """Every block is personal, so nothing is uploaded, downloaded or averaged."""
+
+    name = "local"
+    summary = "Local training only; no communication (the personalisation floor/ceiling)."
+    has_global_model = False
+
+    def personal_blocks(self) -> set[str]:
+        return set(self.sim.model.block_names)

@@ -1,0 +1,189 @@
+"""The command line: ``fedpart run | compare | list | partition | report``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedpart.errors import FedpartError
+
+
+def _split_args(config: str | None, rest: list[str]) -> tuple[str | None, list[str]]:
+    if config is not None and "=" in config and not Path(config).exists():
+        return None, [config, *rest]
+    return config, rest
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedpart.api import output_path, resume
+    from fedpart.config import load_config
+    from fedpart.engine.simulation import Simulation
+
+    config, overrides = _split_args(args.config, args.overrides)
+    if args.resume:
+        if config is not None:
+            raise FedpartError("give either CONFIG or --resume DIR, not both")
+        result = resume(args.resume, overrides, quiet=args.quiet)
+    else:
+        if config is None:
+            raise FedpartError("missing CONFIG: fedpart run CONFIG [key=value ...] (or --resume DIR)")
+        cfg = load_config(config, overrides)
+        out = output_path(cfg)
+        if not args.quiet:
+            print(f"run directory: {out}", file=sys.stderr)
+        result = Simulation(cfg, run_dir=out, quiet=args.quiet).run()
+    s = result.summary
+    acc = s["accuracy"]
+    line = (
+        f"{s['algorithm']} on {s['dataset']}: accuracy final {acc['final']:.4f}, "
+        f"best {acc['best']:.4f} (round {acc['best_round']}), weighted {s['accuracy_weighted']['final']:.4f}"
+    )
+    if "global_accuracy" in s:
+        line += f", global {s['global_accuracy']['final']:.4f}"
+    print(line)
+    print(f"results in {result.run_dir}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from fedpart.algorithms import ALGORITHMS
+    from fedpart.config import load_config
+    from fedpart.engine.simulation import Simulation
+    from fedpart.report import compare_table, load_run
+
+    base = load_config(args.config, args.overrides)
+    names = args.algorithms.split(",") if args.algorithms else [
+        n for n, cls in ALGORITHMS.items() if cls.supports(base)
+    ]
+    unknown = [n for n in names if n not in ALGORITHMS]
+    if unknown:
+        raise FedpartError(
+            f"--algorithms: unknown algorithm '{unknown[0]}'; valid choices: {', '.join(sorted(ALGORITHMS))}"
+        )
+    out_template = base.output.dir if "{algorithm}" in base.output.dir else base.output.dir + "/{algorithm}"
+    runs = []
+    for name in names:
+        out = Path(out_template.format(algorithm=name, dataset=base.dataset.name, seed=base.seed,
+                                       time=args.stamp))
+        cfg = base.with_overrides([f"algorithm.name={name}", f"output.dir={out}"])
+        if not args.quiet:
+            print(f"[{len(runs) + 1}/{len(names)}] {name} -> {out}", file=sys.stderr)
+        result = Simulation(cfg, run_dir=out, quiet=args.quiet).run()
+        runs.append(load_run(result.run_dir))
+    print(compare_table(runs))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from fedpart.algorithms import ALGORITHMS
+    from fedpart.data.partition import PARTITIONS
+    from fedpart.data.sources import DATASETS
+    from fedpart.models import MODELS
+
+    what = args.what
+    if what in (None, "algorithms"):
+        print("algorithms:")
+        for name, cls in sorted(ALGORITHMS.items()):
+            opts = ", ".join(cls.option_docs()) or "-"
+            print(f"  {name:<12} [{cls.setting}; backends: {', '.join(cls.backends)}] {cls.summary}"
+                  f" options: {opts}")
+    if what in (None, "datasets"):
+        print("datasets:")
+        for name, info in sorted(DATASETS.items()):
+            offline = " (offline)" if info.offline else ""
+            print(f"  {name:<12} {info.description}{offline}")
+    if what in (None, "models"):
+        print("models:")
+        for name, info in sorted(MODELS.items()):
+            opts = ", ".join(info.options) or "-"
+            print(f"  {name:<12} {info.description} options: {opts}")
+    if what in (None, "partitions"):
+        print("partitions:")
+        for name, doc in sorted(PARTITIONS.items()):
+            print(f"  {name:<16} {doc}")
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    from fedpart.config import load_config
+    from fedpart.data.partition import describe_partition, plot_label_matrix
+    from fedpart.data.sources import load_dataset
+    from fedpart.engine.data import build_federated_data
+
+    cfg = load_config(args.config, args.overrides)
+    bundle = load_dataset(cfg.dataset.name, cfg.dataset.root, download=cfg.dataset.download,
+                          **cfg.dataset.options)
+    data = build_federated_data(cfg, bundle)
+    for split in ("train", "test"):
+        matrix = data.label_matrix(split)
+        print(f"== {split} split ==")
+        print(describe_partition(matrix))
+    png = Path(args.out) if args.out else Path(f"partition-{cfg.dataset.name}-{cfg.partition.kind}.png")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    plot_label_matrix(data.label_matrix("train"), png,
+                      title=f"{cfg.dataset.name}, {cfg.partition.kind}, {cfg.partition.num_clients} clients")
+    print(f"label matrix plot: {png}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedpart.report import report
+
+    print(report(args.dirs, args.out))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import time
+
+    parser = argparse.ArgumentParser(prog="fedpart", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run one experiment")
+    p.add_argument("config", nargs="?", help="YAML config")
+    p.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="run one config for several algorithms and print a table")
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--algorithms", help="comma-separated names (default: every applicable method)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_compare, stamp=time.strftime("%Y%m%d-%H%M%S"))
+
+    p = sub.add_parser("list", help="list algorithms, datasets, models, partitions")
+    p.add_argument("what", nargs="?", choices=["algorithms", "datasets", "models", "partitions"])
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("partition", help="show a config's partition and plot its client x label matrix")
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--out", help="PNG path")
+    p.set_defaults(func=cmd_partition)
+
+    p = sub.add_parser("report", help="compare finished runs: markdown table and PNG plots")
+    p.add_argument("dirs", nargs="+")
+    p.add_argument("--out", help="directory for the plots (default: the runs' common parent)")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``fedpart`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FedpartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted; continue with 'fedpart run --resume DIR' from the last checkpoint",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,439 @@
+"""Experiment configuration: YAML files and dotted ``key=value`` overrides, validated into typed objects.
+
+Every error a user can make here (an unknown key, a wrong type, an out-of-range value, an unknown
+dataset, model or method) raises :class:`fedpart.errors.ConfigError` whose message is one line
+naming the dotted key and the valid choices.
+
+Sections ``dataset``, ``model`` and ``algorithm`` also accept the options of the chosen dataset,
+model and method (e.g. ``dataset.split`` for EMNIST, ``model.fc_layers`` for LeNet5,
+``algorithm.mu`` for FedProx); they are checked against what that dataset, model or method declares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedpart.errors import ConfigError
+
+
+@dataclass
+class DatasetConfig:
+    """Where the data comes from.
+
+    ``merge_test`` pools the official train and test splits before partitioning (the convention
+    of several seed papers); otherwise the official test split is kept aside.
+    """
+
+    name: str = "digits"
+    root: str | None = None
+    download: bool = True
+    merge_test: bool = True
+    augment: str = "auto"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PartitionConfig:
+    """How samples are spread over clients and split per client.
+
+    ``split`` holds the per-client (train, validation, test) fractions, stratified by label.
+    ``test_source``: ``split`` takes each client's test set from its own samples by ``split``;
+    ``official`` draws it from the official test split with the client's label distribution
+    (needs ``dataset.merge_test=false``).
+    """
+
+    kind: str = "dirichlet"
+    num_clients: int = 20
+    alpha: float = 0.5
+    min_size: int = 10
+    shards_per_client: int = 2
+    classes_per_client: int = 2
+    split: list[float] = field(default_factory=lambda: [0.75, 0.0, 0.25])
+    test_source: str = "split"
+
+
+@dataclass
+class ModelConfig:
+    """The network; options of the chosen model (``model.padding``, ``model.fc_layers``...) sit beside ``name``."""
+
+    name: str = "fedavgcnn"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AlgorithmConfig:
+    """The method; its hyperparameters (``algorithm.mu``...) sit beside ``name``."""
+
+    name: str = "fedavg"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FederationConfig:
+    """Rounds, participation and the local optimiser (SGD with momentum and weight decay).
+
+    The learning rate of round t is ``lr * lr_decay**t``. ``drop_last`` drops the last
+    incomplete batch of each local epoch (a client smaller than one batch still takes one step).
+    """
+
+    rounds: int = 50
+    join_ratio: float = 1.0
+    local_epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.01
+    lr_decay: float = 1.0
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    drop_last: bool = False
+
+
+@dataclass
+class TopologyConfig:
+    """The communication graph. ``auto`` lets the method choose (a server for centralized methods)."""
+
+    name: str = "auto"
+    neighbors: int = 10
+    drop_prob: float = 0.0
+
+
+@dataclass
+class EngineConfig:
+    """How the simulation executes. ``threads`` sets torch's intra-op threads (0: torch's default)."""
+
+    backend: str = "sequential"
+    device: str = "cpu"
+    threads: int = 0
+    eval_batch_size: int = 2048
+
+
+@dataclass
+class EvaluationConfig:
+    """When and on what clients are evaluated.
+
+    ``every``: evaluate every this many rounds (the last round always). ``last_k``: the window of
+    the ``last10_mean``-style summary. ``split``: ``test`` or ``val`` (the per-client split used).
+    """
+
+    every: int = 1
+    last_k: int = 10
+    split: str = "test"
+
+
+@dataclass
+class OutputConfig:
+    """The run directory. ``dir`` may use ``{algorithm}``, ``{dataset}``, ``{seed}``, ``{time}``.
+
+    ``checkpoint_every``: save a checkpoint every this many rounds (and at the end); 0 saves only
+    at the end. ``overwrite``: allow writing into a directory that already holds a run.
+    """
+
+    dir: str = "runs/{algorithm}-{dataset}-{time}"
+    checkpoint_every: int = 10
+    overwrite: bool = False
+
+
+@dataclass
+class Config:
+    """A whole experiment. ``Config.from_dict`` / ``load_config`` build and validate one."""
+
+    seed: int = 0
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Config:
+        """Build and validate a config from a nested dict (e.g. parsed YAML)."""
+        cfg = _build(cls, data or {}, "")
+        validate(cfg)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain nested dicts; open sections are flattened back beside ``name``."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                section = {}
+                for g in dataclasses.fields(value):
+                    if g.name == "options":
+                        section.update(getattr(value, "options"))
+                    else:
+                        section[g.name] = getattr(value, g.name)
+                out[f.name] = section
+            else:
+                out[f.name] = value
+        return out
+
+    def with_overrides(self, overrides: list[str]) -> Config:
+        """A new validated config with dotted ``key=value`` overrides applied."""
+        data = self.to_dict()
+        apply_overrides(data, overrides)
+        return Config.from_dict(data)
+
+
+OPEN_SECTIONS = ("dataset", "model", "algorithm")
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return "list"
+    if origin is dict:
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the type ``tp``; ints are accepted where floats are expected."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError:
+                continue
+        raise ConfigError(key, f"expected {_type_name(tp)}, got {value!r}")
+    if tp is type(None):
+        if value is None:
+            return None
+        raise ConfigError(key, f"expected null, got {value!r}")
+    if tp is Any:
+        return value
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(key, f"expected a list, got {value!r}")
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(key, f"expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(key, f"expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(key, f"expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(key, f"expected a string, got {value!r}")
+    raise ConfigError(key, f"unsupported type {tp!r}")  # pragma: no cover
+
+
+def _unknown_key(key: str, name: str, valid: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(key, f"unknown key{hint}; valid keys: {', '.join(valid)}")
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(prefix or "config", f"expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    section_name = prefix.rstrip(".")
+    is_open = section_name in OPEN_SECTIONS
+    kwargs: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if not isinstance(name, str):
+            raise ConfigError(key, "keys must be strings")
+        if name not in fields or (is_open and name == "options"):
+            if is_open:
+                options[name] = value
+                continue
+            raise _unknown_key(key, name, [n for n in fields if n != "options"])
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value, f"{key}.")
+        else:
+            kwargs[name] = _coerce(value, tp, key)
+    if is_open:
+        kwargs["options"] = options
+    return cls(**kwargs)
+
+
+def _parse_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
+    """Apply dotted ``key=value`` overrides in place; values are parsed as YAML scalars or lists."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, "overrides must look like section.key=value")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        parts = key.split(".")
+        if not all(parts):
+            raise ConfigError(key, "malformed key")
+        node = data
+        for part in parts[:-1]:
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = {}
+                node[part] = nxt
+            if not isinstance(nxt, dict):
+                raise ConfigError(key, f"'{part}' is not a section")
+            node = nxt
+        node[parts[-1]] = _parse_scalar(text)
+
+
+def _choice(key: str, value: str, choices: list[str] | tuple[str, ...], what: str) -> None:
+    if value not in choices:
+        raise ConfigError(key, f"unknown {what} '{value}'; valid choices: {', '.join(choices)}")
+
+
+def _range(key: str, value: float, lo: float | None = None, hi: float | None = None,
+           lo_open: bool = False) -> None:
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        bound = f"> {lo}" if lo_open else f">= {lo}"
+        raise ConfigError(key, f"must be {bound}, got {value}")
+    if hi is not None and value > hi:
+        raise ConfigError(key, f"must be <= {hi}, got {value}")
+
+
+def _check_options(section: str, name: str, given: dict[str, Any], valid: dict[str, str]) -> None:
+    for opt in given:
+        if opt not in valid:
+            base = [f.name for f in dataclasses.fields(_SECTION_TYPES[section]) if f.name != "options"]
+            choices = base + sorted(valid)
+            raise _unknown_key(f"{section}.{opt}", opt, choices)
+
+
+_SECTION_TYPES: dict[str, type] = {
+    "dataset": DatasetConfig,
+    "model": ModelConfig,
+    "algorithm": AlgorithmConfig,
+}
+
+BACKENDS = ("sequential",)
+AUGMENTS = ("auto", "none", "crop", "crop_flip")
+
+
+def validate(cfg: Config) -> None:
+    """Check ranges, registry names and method/dataset/model options; raise ConfigError."""
+    from fedpart.algorithms import ALGORITHMS
+    from fedpart.data.partition import PARTITIONS
+    from fedpart.data.sources import DATASETS
+    from fedpart.models import MODELS
+
+    _choice("dataset.name", cfg.dataset.name, sorted(DATASETS), "dataset")
+    _check_options("dataset", cfg.dataset.name, cfg.dataset.options, DATASETS[cfg.dataset.name].options)
+    _choice("dataset.augment", cfg.dataset.augment, AUGMENTS, "augmentation")
+    _choice("model.name", cfg.model.name, sorted(MODELS), "model")
+    _check_options("model", cfg.model.name, cfg.model.options, MODELS[cfg.model.name].options)
+    _choice("algorithm.name", cfg.algorithm.name, sorted(ALGORITHMS), "algorithm")
+    algo_cls = ALGORITHMS[cfg.algorithm.name]
+    _check_options("algorithm", cfg.algorithm.name, cfg.algorithm.options, algo_cls.option_docs())
+    algo_cls.parse_options(cfg.algorithm.options)  # type and range checks of the method's own
+
+    p = cfg.partition
+    _choice("partition.kind", p.kind, sorted(PARTITIONS), "partition")
+    _range("partition.num_clients", p.num_clients, 1)
+    _range("partition.alpha", p.alpha, 0.0, lo_open=True)
+    _range("partition.min_size", p.min_size, 0)
+    _range("partition.shards_per_client", p.shards_per_client, 1)
+    _range("partition.classes_per_client", p.classes_per_client, 1)
+    if len(p.split) != 3 or any(f < 0 for f in p.split) or abs(sum(p.split) - 1.0) > 1e-6:
+        raise ConfigError(
+            "partition.split", f"expected three fractions [train, val, test] summing to 1, got {p.split}"
+        )
+    _choice("partition.test_source", p.test_source, ("split", "official"), "test source")
+    if p.test_source == "official" and cfg.dataset.merge_test:
+        raise ConfigError(
+            "partition.test_source",
+            "'official' needs the official test split kept aside: set dataset.merge_test=false",
+        )
+    if p.test_source == "split" and p.split[2] == 0 and cfg.evaluation.split == "test":
+        raise ConfigError("partition.split", "the test fraction is 0 but evaluation.split=test")
+    if cfg.evaluation.split == "val" and p.split[1] == 0:
+        raise ConfigError("partition.split", "the validation fraction is 0 but evaluation.split=val")
+
+    f = cfg.federation
+    _range("federation.rounds", f.rounds, 0)
+    _range("federation.join_ratio", f.join_ratio, 0.0, 1.0, lo_open=True)
+    _range("federation.local_epochs", f.local_epochs, 0)
+    _range("federation.batch_size", f.batch_size, 1)
+    _range("federation.lr", f.lr, 0.0)
+    _range("federation.lr_decay", f.lr_decay, 0.0, lo_open=True)
+    _range("federation.momentum", f.momentum, 0.0, 1.0)
+    _range("federation.weight_decay", f.weight_decay, 0.0)
+
+    _choice("topology.name", cfg.topology.name, ("auto", "server"), "topology")
+    _range("topology.neighbors", cfg.topology.neighbors, 1)
+    _range("topology.drop_prob", cfg.topology.drop_prob, 0.0, 1.0)
+
+    _choice("engine.backend", cfg.engine.backend, BACKENDS, "backend")
+    if cfg.engine.device != "cpu" and not cfg.engine.device.startswith("cuda"):
+        raise ConfigError("engine.device", f"expected cpu or cuda[:N], got {cfg.engine.device!r}")
+    _range("engine.threads", cfg.engine.threads, 0)
+    _range("engine.eval_batch_size", cfg.engine.eval_batch_size, 1)
+
+    _range("evaluation.every", cfg.evaluation.every, 1)
+    _range("evaluation.last_k", cfg.evaluation.last_k, 1)
+    _choice("evaluation.split", cfg.evaluation.split, ("test", "val"), "evaluation split")
+    _range("output.checkpoint_every", cfg.output.checkpoint_every, 0)
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config (or start from the defaults), apply overrides and validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError("", f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            line = getattr(getattr(exc, "problem_mark", None), "line", None)
+            where = f" (line {line + 1})" if line is not None else ""
+            raise ConfigError("", f"{p}: not valid YAML{where}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError("", f"{p}: the top level must be a mapping of sections")
+        data = loaded
+    apply_overrides(data, overrides or [])
+    return Config.from_dict(data)
+
+
+def dump_config(cfg: Config) -> str:
+    """The resolved config as YAML text."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,121 @@
+"""The federated view of a dataset: one in-memory pool of samples and per-client index arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedpart.config import Config
+from fedpart.data.partition import assign_test_like_train, partition, split_clients
+from fedpart.data.sources import DatasetBundle
+from fedpart.data.transforms import prepare_batch
+from fedpart.engine.seeding import numpy_rng
+
+
+@dataclass
+class ClientData:
+    """Index arrays (into the pool) of one client's train, validation and test samples."""
+
+    train: torch.Tensor
+    val: torch.Tensor
+    test: torch.Tensor
+
+    @property
+    def num_train(self) -> int:
+        return int(self.train.numel())
+
+
+@dataclass
+class FederatedData:
+    """All samples of a run as one tensor pool; clients are index arrays into it.
+
+    ``global_test`` holds the indices of the official test split when it was kept aside
+    (``dataset.merge_test=false``), used to evaluate a global model.
+    """
+
+    bundle: DatasetBundle
+    x: torch.Tensor
+    y: torch.Tensor
+    clients: list[ClientData]
+    global_test: torch.Tensor | None
+    augment: str
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    @property
+    def num_classes(self) -> int:
+        return self.bundle.num_classes
+
+    def batch(
+        self, index: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs (normalised, augmented when ``train``) and labels of the samples ``index``."""
+        x = prepare_batch(
+            self.x[index],
+            self.bundle.mean,
+            self.bundle.std,
+            augment=self.augment if train else "none",
+            generator=generator,
+        )
+        return x, self.y[index]
+
+    def label_matrix(self, which: str = "train") -> np.ndarray:
+        """[clients, classes] sample counts of one split."""
+        y = self.y.numpy()
+        out = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
+        for i, c in enumerate(self.clients):
+            idx = getattr(c, which).numpy()
+            out[i] = np.bincount(y[idx], minlength=self.num_classes)
+        return out
+
+
+def build_federated_data(cfg: Config, bundle: DatasetBundle) -> FederatedData:
+    """Partition ``bundle`` over clients as ``cfg.partition`` says, deterministically from ``cfg.seed``."""
+    p = cfg.partition
+    has_test = bundle.test_x is not None and bundle.test_y is not None
+    if has_test:
+        x = torch.cat([bundle.train_x, bundle.test_x])
+        y = torch.cat([bundle.train_y, bundle.test_y])
+    else:
+        x, y = bundle.train_x, bundle.train_y
+    n_train = int(bundle.train_y.numel())
+    labels = y.numpy()
+    merge = cfg.dataset.merge_test or not has_test
+    pool = np.arange(len(labels)) if merge else np.arange(n_train)
+    opts = dict(
+        alpha=p.alpha,
+        min_size=p.min_size,
+        shards_per_client=p.shards_per_client,
+        classes_per_client=p.classes_per_client,
+    )
+    parts = partition(labels[pool], p.num_clients, p.kind, numpy_rng(cfg.seed, "partition"), **opts)
+    parts = [pool[idx] for idx in parts]
+    fractions = tuple(p.split)
+    global_test = None
+    if p.test_source == "official" and not merge:
+        tr, va, _ = fractions
+        splits = split_clients(parts, labels, (tr / (tr + va), va / (tr + va), 0.0),
+                               numpy_rng(cfg.seed, "split"))
+        test_labels = labels[n_train:]
+        tests = assign_test_like_train([s.train for s in splits], labels, test_labels,
+                                       numpy_rng(cfg.seed, "split", 1))
+        tests = [t + n_train for t in tests]
+    else:
+        splits = split_clients(parts, labels, fractions, numpy_rng(cfg.seed, "split"))
+        tests = [s.test for s in splits]
+    if not merge:
+        global_test = torch.arange(n_train, len(labels))
+    clients = [
+        ClientData(
+            train=torch.as_tensor(np.sort(s.train), dtype=torch.long),
+            val=torch.as_tensor(np.sort(s.val), dtype=torch.long),
+            test=torch.as_tensor(np.sort(t), dtype=torch.long),
+        )
+        for s, t in zip(splits, tests, strict=True)
+    ]
+    augment = bundle.augment if cfg.dataset.augment == "auto" else cfg.dataset.augment
+    return FederatedData(bundle, x, y, clients, global_test, augment)

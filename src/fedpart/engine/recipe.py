@@ -1,0 +1,64 @@
+"""Local-training recipes: what a client trains, for how long, with what loss.
+
+A recipe is data, not code, so that any backend (the sequential reference or a batched one) can
+execute it: a list of phases, each naming the blocks it trains, its epochs and a learning-rate
+factor, plus loss terms added to the task loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+#: ``criterion(logits, targets) -> mean loss``
+Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    """An extra loss term ``weight * fn(params)`` added at every step of the phases it is in.
+
+    ``fn`` receives the dict of the model's current tensors (parameters and buffers, by
+    state-dict key) and returns a scalar. It must be written with torch operations only so that
+    it can run under ``torch.func`` transforms.
+    """
+
+    name: str
+    fn: Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
+    weight: float = 1.0
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The default task loss."""
+    return F.cross_entropy(logits, targets)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of local training.
+
+    ``blocks``: the blocks trained in this phase (``None``: every block that is not frozen).
+    ``epochs``: passes over the client's training data (``None``: ``federation.local_epochs``).
+    ``lr_scale``: factor on the round's learning rate.
+    """
+
+    blocks: tuple[str, ...] | None = None
+    epochs: int | None = None
+    lr_scale: float = 1.0
+    loss_terms: tuple[LossTerm, ...] = ()
+    name: str = "train"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The local training of one client in one round: phases run in order.
+
+    Momentum buffers start at zero in every phase (one optimiser per phase, as FedRep's head and
+    body optimisers are separate).
+    """
+
+    phases: tuple[Phase, ...] = (Phase(),)
+    criterion: Criterion = field(default=cross_entropy)

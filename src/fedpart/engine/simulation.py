@@ -1,0 +1,322 @@
+"""The round loop of a centralized federation, with evaluation, accounting and checkpoints."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedpart.config import Config, dump_config
+from fedpart.data.sources import load_dataset
+from fedpart.engine.data import FederatedData, build_federated_data
+from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.mixing import tensor_bytes
+from fedpart.engine.seeding import numpy_rng, seed_for
+from fedpart.engine.store import ClientStateStore
+from fedpart.engine.training import TrainResult, TrainSettings, train_client
+from fedpart.errors import FedpartError
+from fedpart.models import BlockModel, build_model
+from fedpart.tracking.run_dir import RunDir, summarize
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class Result:
+    """What a run returns: its summary, per-round metrics, per-client accuracies and directory."""
+
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    client_accuracy: list[float]
+    run_dir: Path | None
+    simulation: Simulation | None = field(default=None, repr=False)
+
+
+def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> list[int]:
+    """The round's participants, from a stream keyed by (seed, round): the same for every method."""
+    m = max(1, int(round(join_ratio * num_clients)))
+    if m >= num_clients:
+        return list(range(num_clients))
+    chosen = numpy_rng(seed, "sample_clients", rnd).choice(num_clients, size=m, replace=False)
+    return sorted(int(c) for c in chosen)
+
+
+class Simulation:
+    """One experiment: data, model, method, state store, and the loop over rounds.
+
+    ``Simulation(cfg).run()`` runs it; ``Simulation.resume(dir)`` continues a stopped run.
+    """
+
+    def __init__(self, cfg: Config, *, run_dir: str | Path | None = None, quiet: bool = True,
+                 data: FederatedData | None = None) -> None:
+        from fedpart.algorithms import ALGORITHMS
+
+        self.cfg = cfg
+        self.quiet = quiet
+        if cfg.engine.threads:
+            torch.set_num_threads(cfg.engine.threads)
+        self.device = torch.device(cfg.engine.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise FedpartError("engine.device: CUDA was requested but no GPU is available; use engine.device=cpu")
+        if data is None:
+            bundle = load_dataset(cfg.dataset.name, cfg.dataset.root, download=cfg.dataset.download,
+                                  **cfg.dataset.options)
+            data = build_federated_data(cfg, bundle)
+        self.data = data
+        torch.manual_seed(seed_for(cfg.seed, "init"))
+        self.model: BlockModel = build_model(
+            cfg.model.name,
+            num_classes=data.num_classes,
+            input_shape=tuple(data.bundle.input_shape),
+            **cfg.model.options,
+        ).to(self.device)
+        algo_cls = ALGORITHMS[cfg.algorithm.name]
+        self.algorithm = algo_cls(algo_cls.parse_options(cfg.algorithm.options), self)
+        self.store = ClientStateStore(self.model, self.model.state_dict(), self.algorithm.personal_blocks())
+        self.algorithm.setup()
+        self.rounds_completed = 0
+        self.finished = False
+        self.rows: list[dict[str, Any]] = []
+        self.final_row: dict[str, Any] | None = None
+        self.client_accuracy: list[float] = []
+        self.client_test_samples: list[int] = [int(c.test.numel()) for c in data.clients]
+        self.elapsed = 0.0
+        self.run_dir = RunDir(run_dir) if run_dir is not None else None
+
+    # ------------------------------------------------------------ the round
+    def train_settings(self, rnd: int) -> TrainSettings:
+        f = self.cfg.federation
+        return TrainSettings(
+            lr=f.lr * f.lr_decay**rnd,
+            momentum=f.momentum,
+            weight_decay=f.weight_decay,
+            batch_size=f.batch_size,
+            local_epochs=f.local_epochs,
+            drop_last=f.drop_last,
+            seed=self.cfg.seed,
+        )
+
+    def train(self, rnd: int, client: int, start: dict[str, torch.Tensor],
+              recipe: Any = None, frozen: set[str] | None = None) -> TrainResult:
+        """Run a client's local training (the method's recipe unless one is given)."""
+        algo = self.algorithm
+        return train_client(
+            self.model,
+            start,
+            recipe if recipe is not None else algo.recipe(rnd, client),
+            self.data,
+            client,
+            rnd,
+            self.train_settings(rnd),
+            algo.frozen_blocks(rnd) if frozen is None else frozen,
+        )
+
+    def run_round(self, rnd: int) -> dict[str, Any]:
+        """Sample, train, upload, aggregate. Returns the round's accounting."""
+        algo = self.algorithm
+        cfg = self.cfg
+        participants = sample_clients(cfg.seed, rnd, self.data.num_clients, cfg.federation.join_ratio)
+        down_keys = algo.download_keys(rnd)
+        down_each = tensor_bytes({k: self.store.global_state[k] for k in down_keys})
+        uploads: dict[int, dict[str, torch.Tensor]] = {}
+        weights: dict[int, float] = {}
+        up_bytes = 0
+        loss_sum = 0.0
+        samples = 0
+        for client in participants:
+            result = self.train(rnd, client, algo.start_state(rnd, client))
+            self.store.set_personal(client, result.state)
+            sent = algo.upload(rnd, client, result.state)
+            up_bytes += tensor_bytes(sent)
+            uploads[client] = sent
+            weights[client] = float(self.data.clients[client].num_train)
+            loss_sum += result.loss * result.samples
+            samples += result.samples
+        algo.aggregate(rnd, uploads, weights)
+        return {
+            "participants": len(participants),
+            "train_loss": loss_sum / samples if samples else None,
+            "up_bytes": int(up_bytes),
+            "down_bytes": int(down_each * len(participants)),
+        }
+
+    # ------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, Any]:
+        """Personalised accuracy (each client's model on its own split) and the global accuracy."""
+        split = self.cfg.evaluation.split
+        bs = self.cfg.engine.eval_batch_size
+        n = self.data.num_clients
+        correct = np.zeros(n)
+        total = np.zeros(n)
+        loss = np.zeros(n)
+        # Clients whose evaluation models are made of the very same tensors (e.g. every client
+        # of FedAvg) are evaluated in one pass over their concatenated samples: exact, and cheap.
+        groups: dict[tuple[int, ...], list[int]] = {}
+        states: dict[tuple[int, ...], dict[str, torch.Tensor]] = {}
+        for c in range(n):
+            state = self.algorithm.eval_state(c)
+            key = tuple(id(v) for v in state.values())
+            groups.setdefault(key, []).append(c)
+            states[key] = state
+        for key, members in groups.items():
+            index = [getattr(self.data.clients[c], split) for c in members]
+            sizes = [int(i.numel()) for i in index]
+            if sum(sizes) == 0:
+                continue
+            ok, losses = evaluate_samples(self.model, states[key], self.data, torch.cat(index), bs)
+            for c, part_ok, part_loss in zip(members, ok.split(sizes), losses.split(sizes), strict=True):
+                correct[c] = float(part_ok.sum())
+                loss[c] = float(part_loss.sum())
+                total[c] = part_ok.numel()
+        has = total > 0
+        acc = np.where(has, correct / np.maximum(total, 1), np.nan)
+        self.client_accuracy = [float(a) if not math.isnan(a) else None for a in acc]
+        row: dict[str, Any] = {
+            "accuracy": float(np.nanmean(acc)) if has.any() else None,
+            "accuracy_weighted": float(correct.sum() / total.sum()) if total.sum() else None,
+            "loss": float(loss.sum() / total.sum()) if total.sum() else None,
+        }
+        if self.algorithm.has_global_model and self.data.global_test is not None:
+            ok, losses = evaluate_samples(self.model, self.store.global_state, self.data,
+                                          self.data.global_test, bs)
+            row["global_accuracy"] = float(ok.float().mean())
+            row["global_loss"] = float(losses.mean())
+        return row
+
+    # ----------------------------------------------------------------- run
+    def _should_evaluate(self, rnd: int) -> bool:
+        last = rnd == self.cfg.federation.rounds - 1
+        return last or (rnd + 1) % self.cfg.evaluation.every == 0
+
+    def run(self) -> Result:
+        """Run the remaining rounds, then the method's finishing step and the final evaluation."""
+        cfg = self.cfg
+        rd = self.run_dir
+        if rd is not None and self.rounds_completed == 0 and not self.finished:
+            rd.prepare(cfg.output.overwrite)
+            rd.write_text("config.yaml", dump_config(cfg))
+            rd.write_metrics([])
+        bar = None
+        if not self.quiet:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.federation.rounds, initial=self.rounds_completed, file=sys.stderr,
+                       desc=f"{cfg.algorithm.name}", unit="round", dynamic_ncols=True)
+        try:
+            while self.rounds_completed < cfg.federation.rounds:
+                rnd = self.rounds_completed
+                t0 = time.perf_counter()
+                row: dict[str, Any] = {"round": rnd}
+                row.update(self.run_round(rnd))
+                if self._should_evaluate(rnd):
+                    row.update(self.evaluate())
+                else:
+                    row.update(accuracy=None, accuracy_weighted=None, loss=None)
+                self.elapsed += time.perf_counter() - t0
+                row["lr"] = cfg.federation.lr * cfg.federation.lr_decay**rnd
+                row["wall_seconds"] = round(self.elapsed, 4)
+                self.rows.append(row)
+                self.rounds_completed += 1
+                if rd is not None:
+                    rd.append_metrics(row)
+                    every = cfg.output.checkpoint_every
+                    if every and self.rounds_completed % every == 0:
+                        self.save_checkpoint()
+                if bar is not None:
+                    bar.update(1)
+                    if row.get("accuracy") is not None:
+                        bar.set_postfix(acc=f"{row['accuracy']:.4f}")
+            if not self.finished:
+                t0 = time.perf_counter()
+                changed = self.algorithm.finish()
+                if changed:
+                    self.final_row = {"round": cfg.federation.rounds, "stage": "final", **self.evaluate()}
+                    if rd is not None:
+                        rd.append_metrics(self.final_row)
+                elif not self.rows or self.rows[-1].get("accuracy") is None:
+                    self.final_row = {"round": cfg.federation.rounds, "stage": "final", **self.evaluate()}
+                self.elapsed += time.perf_counter() - t0
+                self.finished = True
+        finally:
+            if bar is not None:
+                bar.close()
+        result = self.result()
+        if rd is not None:
+            self.save_checkpoint()
+            rd.write_json("summary.json", result.summary)
+            rd.write_json("clients.json", {
+                "client_accuracy": result.client_accuracy,
+                "client_test_samples": self.client_test_samples,
+                "client_train_samples": [c.num_train for c in self.data.clients],
+            })
+        return result
+
+    def result(self) -> Result:
+        cfg = self.cfg
+        summary = summarize(
+            self.rows,
+            self.final_row,
+            algorithm=cfg.algorithm.name,
+            dataset=cfg.dataset.name,
+            num_clients=self.data.num_clients,
+            rounds_completed=self.rounds_completed,
+            wall_seconds=round(self.elapsed, 3),
+            last_k=cfg.evaluation.last_k,
+            extra={"seed": cfg.seed, "model": cfg.model.name,
+                   "personal_state_bytes": self.store.personal_bytes()},
+        )
+        return Result(summary, list(self.rows), list(self.client_accuracy),
+                      self.run_dir.path if self.run_dir else None, self)
+
+    # ---------------------------------------------------------- checkpoints
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Everything that evolves over rounds, as flat named tensors."""
+        out = {f"global/{k}": v for k, v in self.store.global_state.items()}
+        for c, state in self.store.personal.items():
+            out.update({f"personal/{c}/{k}": v for k, v in state.items()})
+        extra_tensors, _ = self.algorithm.extra_state()
+        out.update({f"extra/{k}": v for k, v in extra_tensors.items()})
+        return out
+
+    def save_checkpoint(self) -> None:
+        if self.run_dir is None:
+            return
+        _, extra_values = self.algorithm.extra_state()
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "rounds_completed": self.rounds_completed,
+            "finished": self.finished,
+            "elapsed": self.elapsed,
+            "client_accuracy": self.client_accuracy,
+            "final_row": self.final_row,
+            "algorithm_state": extra_values,
+        }
+        self.run_dir.save_checkpoint(self.state_tensors(), meta)
+
+    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """Restore a checkpoint's tensors and counters."""
+        if meta.get("format") != CHECKPOINT_FORMAT:
+            raise FedpartError(f"checkpoint format {meta.get('format')} is not supported")
+        store = self.store
+        extra: dict[str, torch.Tensor] = {}
+        for name, value in tensors.items():
+            kind, rest = name.split("/", 1)
+            if kind == "global":
+                store.global_state[rest] = value.to(self.device)
+            elif kind == "personal":
+                client, key = rest.split("/", 1)
+                store.personal.setdefault(int(client), {})[key] = value.to(self.device)
+            else:
+                extra[rest] = value.to(self.device)
+        self.algorithm.load_extra_state(extra, meta.get("algorithm_state", {}))
+        self.rounds_completed = int(meta["rounds_completed"])
+        self.finished = bool(meta.get("finished", False))
+        self.elapsed = float(meta.get("elapsed", 0.0))
+        self.client_accuracy = list(meta.get("client_accuracy", []))
+        self.final_row = meta.get("final_row")

@@ -1,0 +1,120 @@
+"""Local training from a recipe: the sequential reference implementation.
+
+The optimiser is plain SGD written out (``d = g + wd·p``; ``b = d`` on the first step, else
+``b = momentum·b + d``; ``p ← p − lr·b``), identical to ``torch.optim.SGD`` without dampening
+or Nesterov, so that a batched backend can reproduce it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call
+
+from fedpart.engine.data import FederatedData
+from fedpart.engine.recipe import Recipe
+from fedpart.engine.seeding import torch_generator
+from fedpart.errors import TrainingError
+from fedpart.models import BlockModel
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The round's optimiser settings (the learning rate already decayed for the round)."""
+
+    lr: float
+    momentum: float
+    weight_decay: float
+    batch_size: int
+    local_epochs: int
+    drop_last: bool
+    seed: int
+
+
+@dataclass
+class TrainResult:
+    """What local training returns: the new state and the mean training loss."""
+
+    state: State
+    loss: float
+    samples: int
+    steps: int
+
+
+def batch_slices(n: int, batch_size: int, drop_last: bool, generator: torch.Generator) -> list[torch.Tensor]:
+    """A shuffled epoch of batch positions ``0..n-1``; a client smaller than a batch takes one step."""
+    perm = torch.randperm(n, generator=generator)
+    if drop_last and n >= batch_size:
+        n_batches = n // batch_size
+    else:
+        n_batches = math.ceil(n / batch_size)
+    return [perm[b * batch_size : (b + 1) * batch_size] for b in range(n_batches)]
+
+
+def trainable_keys(model: BlockModel, blocks: set[str]) -> list[str]:
+    """The parameter keys of ``blocks`` (buffers are never trained)."""
+    return [k for k, _ in model.named_parameters() if model.block_of(k) in blocks]
+
+
+def train_client(
+    model: BlockModel,
+    start: State,
+    recipe: Recipe,
+    data: FederatedData,
+    client: int,
+    rnd: int,
+    settings: TrainSettings,
+    frozen: set[str] = frozenset(),
+) -> TrainResult:
+    """Train one client from ``start`` (which is not modified) following ``recipe``."""
+    state = {k: v.detach().clone() for k, v in start.items()}
+    train_idx = data.clients[client].train
+    n = int(train_idx.numel())
+    model.train()
+    loss_sum = 0.0
+    samples = 0
+    steps = 0
+    all_blocks = set(model.block_names)
+    for phase_no, phase in enumerate(recipe.phases):
+        blocks = (all_blocks if phase.blocks is None else set(phase.blocks)) - set(frozen)
+        keys = trainable_keys(model, blocks)
+        epochs = settings.local_epochs if phase.epochs is None else phase.epochs
+        if not keys or epochs <= 0 or n == 0:
+            continue
+        lr = settings.lr * phase.lr_scale
+        momentum_buf: dict[str, torch.Tensor] = {}
+        for epoch in range(epochs):
+            order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
+            augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
+            for positions in batch_slices(n, settings.batch_size, settings.drop_last, order):
+                x, y = data.batch(train_idx[positions], train=True, generator=augment)
+                params = {k: state[k].detach().requires_grad_(True) for k in keys}
+                current = {**state, **params}
+                logits = functional_call(model, current, (x,))
+                loss = recipe.criterion(logits, y)
+                for term in phase.loss_terms:
+                    loss = loss + term.weight * term.fn(current)
+                grads = torch.autograd.grad(loss, [params[k] for k in keys])
+                with torch.no_grad():
+                    for k, g in zip(keys, grads, strict=True):
+                        p = params[k].detach()
+                        d = g + settings.weight_decay * p if settings.weight_decay else g
+                        if settings.momentum:
+                            buf = momentum_buf.get(k)
+                            d = d.clone() if buf is None else buf.mul_(settings.momentum).add_(d)
+                            momentum_buf[k] = d
+                        state[k] = p - lr * d
+                loss_sum += float(loss.detach()) * len(y)
+                samples += len(y)
+                steps += 1
+    mean_loss = loss_sum / samples if samples else 0.0
+    if not math.isfinite(mean_loss):
+        raise TrainingError(
+            f"training diverged: non-finite loss at round {rnd} on client {client}; "
+            "lower federation.lr (or raise the method's regularisation) and resume from the last checkpoint"
+        )
+    return TrainResult(state, mean_loss, samples, steps)
