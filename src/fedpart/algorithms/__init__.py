@@ -1,6 +1,16 @@
 """Methods, one file each, registered by name in :data:`ALGORITHMS`."""
 
-from fedpart.algorithms import fedavg, local  # noqa: F401 - registration
+from fedpart.algorithms import (  # noqa: F401 - registration
+    ditto,
+    fedavg,
+    fedper,
+    fedprox,
+    fedrep,
+    fedrod,
+    fedseqlayer,
+    lgfedavg,
+    local,
+)
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import ALGORITHMS, register
 

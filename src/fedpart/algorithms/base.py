@@ -92,8 +92,17 @@ class Algorithm:
         return Recipe()
 
     # ------------------------------------------------------------------- hooks
+    def wrap_model(self, model: Any) -> Any:
+        """Give the method a chance to extend the model (e.g. a second, personal head)."""
+        return model
+
     def setup(self) -> None:
         """Called once after the model and data exist (create method state here)."""
+
+    def local_update(self, rnd: int, client: int) -> Any:
+        """A participant's local work in round ``rnd``: by default, train its recipe from
+        :meth:`start_state`. Returns the engine's ``TrainResult``."""
+        return self.sim.train(rnd, client, self.start_state(rnd, client))
 
     def start_state(self, rnd: int, client: int) -> State:
         """The model a client starts local training from: global shared blocks ⊕ its personal ones."""
@@ -121,8 +130,12 @@ class Algorithm:
         """The model a client is evaluated with (its personalised model)."""
         return self.sim.store.client_state(client)
 
-    def finish(self) -> None:
-        """Called after the last round, before the final evaluation (e.g. fine-tuning)."""
+    def finish(self) -> bool:
+        """Called after the last round, before the final evaluation (e.g. fine-tuning).
+
+        Returns whether it changed the clients' models (then the run is evaluated once more).
+        """
+        return False
 
     # ------------------------------------------------------------- checkpoints
     def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 #: ``criterion(logits, targets) -> mean loss``
 Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``loss(model, state, x, y) -> mean loss``: a whole custom objective (e.g. two heads)
+Objective = Callable[..., torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,23 @@ class Recipe:
     """The local training of one client in one round: phases run in order.
 
     Momentum buffers start at zero in every phase (one optimiser per phase, as FedRep's head and
-    body optimisers are separate).
+    body optimisers are separate). ``objective``, when given, replaces ``criterion(model(x), y)``
+    as the task loss: it receives ``(model, state, x, y)`` and may use several heads.
     """
 
     phases: tuple[Phase, ...] = (Phase(),)
     criterion: Criterion = field(default=cross_entropy)
+    objective: Objective | None = None
+
+
+def proximal(reference: Mapping[str, torch.Tensor]) -> Callable[[Mapping[str, torch.Tensor]], torch.Tensor]:
+    """The proximal penalty ½·Σ_k ‖w_k − reference_k‖² over the reference's keys (FedProx, Ditto).
+
+    Use it as ``LossTerm("proximal", proximal(ref), weight=mu)`` for (mu/2)·‖w − ref‖².
+    """
+    frozen_ref = {k: v.detach() for k, v in reference.items()}
+
+    def penalty(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return 0.5 * sum(((params[k] - ref) ** 2).sum() for k, ref in frozen_ref.items())
+
+    return penalty

@@ -69,15 +69,16 @@ class Simulation:
                                   **cfg.dataset.options)
             data = build_federated_data(cfg, bundle)
         self.data = data
+        algo_cls = ALGORITHMS[cfg.algorithm.name]
+        self.algorithm = algo_cls(algo_cls.parse_options(cfg.algorithm.options), self)
         torch.manual_seed(seed_for(cfg.seed, "init"))
-        self.model: BlockModel = build_model(
+        model = build_model(
             cfg.model.name,
             num_classes=data.num_classes,
             input_shape=tuple(data.bundle.input_shape),
             **cfg.model.options,
-        ).to(self.device)
-        algo_cls = ALGORITHMS[cfg.algorithm.name]
-        self.algorithm = algo_cls(algo_cls.parse_options(cfg.algorithm.options), self)
+        )
+        self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
         self.store = ClientStateStore(self.model, self.model.state_dict(), self.algorithm.personal_blocks())
         self.algorithm.setup()
         self.rounds_completed = 0
@@ -117,6 +118,18 @@ class Simulation:
             algo.frozen_blocks(rnd) if frozen is None else frozen,
         )
 
+    def finetune_all(self, epochs: int, start: Any = None) -> dict[int, dict[str, torch.Tensor]]:
+        """Every client (not only sampled ones) trains its whole model ``epochs`` epochs locally,
+        starting from ``start(client)`` (default: its model in the store); no aggregation.
+        Seeds are keyed by round ``federation.rounds`` so they differ from every training round."""
+        from fedpart.engine.recipe import Phase, Recipe
+
+        rnd = self.cfg.federation.rounds
+        recipe = Recipe(phases=(Phase(blocks=None, epochs=epochs, name="finetune"),))
+        begin = start or self.store.client_state
+        return {c: self.train(rnd, c, begin(c), recipe=recipe, frozen=set()).state
+                for c in range(self.data.num_clients)}
+
     def run_round(self, rnd: int) -> dict[str, Any]:
         """Sample, train, upload, aggregate. Returns the round's accounting."""
         algo = self.algorithm
@@ -130,7 +143,7 @@ class Simulation:
         loss_sum = 0.0
         samples = 0
         for client in participants:
-            result = self.train(rnd, client, algo.start_state(rnd, client))
+            result = algo.local_update(rnd, client)
             self.store.set_personal(client, result.state)
             sent = algo.upload(rnd, client, result.state)
             up_bytes += tensor_bytes(sent)

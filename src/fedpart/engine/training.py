@@ -94,8 +94,10 @@ def train_client(
                 x, y = data.batch(train_idx[positions], train=True, generator=augment)
                 params = {k: state[k].detach().requires_grad_(True) for k in keys}
                 current = {**state, **params}
-                logits = functional_call(model, current, (x,))
-                loss = recipe.criterion(logits, y)
+                if recipe.objective is not None:
+                    loss = recipe.objective(model, current, x, y)
+                else:
+                    loss = recipe.criterion(functional_call(model, current, (x,)), y)
                 for term in phase.loss_terms:
                     loss = loss + term.weight * term.fn(current)
                 grads = torch.autograd.grad(loss, [params[k] for k in keys])

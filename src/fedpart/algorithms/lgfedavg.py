@@ -1,0 +1,15 @@
+"""LG-FedAvg (Liang et al., 2020): local representations, global head."""
+
+from fedpart.algorithms.base import Algorithm
+from fedpart.algorithms.registry import register
+
+
+@register
+class LGFedAvg(Algorithm):
+    """The body (representation) is personal; only the head is uploaded and averaged."""
+
+    name = "lgfedavg"
+    summary = "Personal body (local representation), head averaged."
+
+    def personal_blocks(self) -> set[str]:
+        return set(self.sim.model.body_names())

@@ -1,0 +1,34 @@
+"""The model zoo: every model is a :class:`BlockModel` with ordered, named blocks.
+
+``build_model(name, num_classes=, input_shape=, **options)`` builds a registered model;
+:data:`MODELS` lists them with their options. See ``docs/models.md``.
+"""
+
+from fedpart.models import cnn, mlp, resnet, vgg  # noqa: F401  (registers the models)
+from fedpart.models.base import (
+    MODELS,
+    BlockModel,
+    ModelInfo,
+    build_model,
+    count_parameters,
+    register_model,
+)
+from fedpart.models.cnn import FedAvgCNN, LeNet5, Pa3dFLCNN
+from fedpart.models.mlp import MLP
+from fedpart.models.resnet import ResNet18
+from fedpart.models.vgg import VGG11
+
+__all__ = [
+    "MLP",
+    "MODELS",
+    "VGG11",
+    "BlockModel",
+    "FedAvgCNN",
+    "LeNet5",
+    "ModelInfo",
+    "Pa3dFLCNN",
+    "ResNet18",
+    "build_model",
+    "count_parameters",
+    "register_model",
+]

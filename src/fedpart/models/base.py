@@ -1,0 +1,326 @@
+"""The block-model contract, the model registry and the layers the zoo is built from.
+
+A :class:`BlockModel` is an ``nn.Module`` whose top-level child modules are its *blocks*, in
+forward order. The last block(s) form the *head* (the classifier); the others form the *body*
+(the feature extractor). Every ``state_dict`` entry (parameters and buffers) lives under exactly
+one block, so a method can say which parameters are personal, shared or frozen by naming blocks.
+
+Every model is usable with :func:`torch.func.functional_call` and :func:`torch.func.vmap`: no
+in-place operations on activations, flattening with ``torch.flatten(x, 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedpart.errors import ConfigError
+
+__all__ = [
+    "MODELS",
+    "BlockModel",
+    "ConvBlock",
+    "DenseBlock",
+    "ModelInfo",
+    "build_model",
+    "count_parameters",
+    "register_model",
+]
+
+
+# --------------------------------------------------------------------------------- the contract
+class BlockModel(nn.Module):
+    """A classifier whose top-level child modules are its blocks, in forward order.
+
+    Subclasses register their blocks as attributes in forward order, then call
+    :meth:`_finalize` at the end of ``__init__``. They set ``_head_names`` when the head is more
+    than the last block, and override :meth:`pool_features` when the body output needs more than
+    flattening (e.g. global average pooling).
+    """
+
+    _head_names: tuple[str, ...] | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.feature_dim: int = 0
+
+    # ------------------------------------------------------------------ block structure
+    @property
+    def block_names(self) -> tuple[str, ...]:
+        """Names of the top-level child modules, in forward order."""
+        return tuple(self._modules)
+
+    @property
+    def head_names(self) -> tuple[str, ...]:
+        """The classifier block(s): the last block unless the model says otherwise."""
+        if self._head_names is not None:
+            return self._head_names
+        return (self.block_names[-1],)
+
+    def body_names(self) -> tuple[str, ...]:
+        """The feature-extractor blocks: :attr:`block_names` minus :attr:`head_names`."""
+        head = set(self.head_names)
+        return tuple(b for b in self.block_names if b not in head)
+
+    def block_of(self, key: str) -> str:
+        """The block a ``state_dict`` key (parameter or buffer) belongs to.
+
+        Raises ``KeyError`` only for a key that names no block of this model.
+        """
+        block = key.split(".", 1)[0]
+        if block not in self._modules:
+            raise KeyError(
+                f"{key!r} is not under any block of {type(self).__name__}: {self.block_names}"
+            )
+        return block
+
+    def block_keys(self) -> dict[str, list[str]]:
+        """Block name → its ``state_dict`` keys (parameters and buffers), in state-dict order."""
+        out: dict[str, list[str]] = {b: [] for b in self.block_names}
+        for key in self.state_dict():
+            out[self.block_of(key)].append(key)
+        return out
+
+    # ------------------------------------------------------------------ computation
+    def pool_features(self, x: Tensor) -> Tensor:
+        """Turn the last body block's output into the flat ``[B, F]`` feature tensor."""
+        return torch.flatten(x, 1)
+
+    def features(self, x: Tensor) -> Tensor:
+        """Run the body; return a flat ``[B, feature_dim]`` tensor."""
+        for name in self.body_names():
+            x = self._modules[name](x)
+        return self.pool_features(x)
+
+    def classify(self, z: Tensor) -> Tensor:
+        """Run the head on features ``z``; return logits ``[B, num_classes]``."""
+        for name in self.head_names:
+            z = self._modules[name](z)
+        return z
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classify(self.features(x))
+
+    def block_outputs(self, x: Tensor) -> dict[str, Tensor]:
+        """The output of every block, in forward order (the last body output after pooling).
+
+        ``block_outputs(x)[head_names[-1]]`` equals ``forward(x)``. Methods that score layers by
+        their activations (FedCMD) use this.
+        """
+        outputs: dict[str, Tensor] = {}
+        body = self.body_names()
+        for name in body:
+            x = self._modules[name](x)
+            outputs[name] = x
+        x = self.pool_features(x)
+        if body:
+            outputs[body[-1]] = x
+        for name in self.head_names:
+            x = self._modules[name](x)
+            outputs[name] = x
+        return outputs
+
+    # ------------------------------------------------------------------ construction helper
+    def _finalize(self, input_shape: Sequence[int]) -> None:
+        """Check the block structure and set :attr:`feature_dim` by a dry forward pass."""
+        names = self.block_names
+        head = self.head_names
+        if not names or not head or tuple(names[-len(head) :]) != tuple(head):
+            raise ValueError(f"head {head} must be the last blocks of {names}")
+        own = list(self._parameters) + list(self._buffers)
+        if own:
+            raise ValueError(f"{type(self).__name__} holds tensors outside its blocks: {own}")
+        z = dry_forward(self.features, [self], input_shape)
+        if z.dim() != 2:
+            raise ValueError(f"features() of {type(self).__name__} returned shape {tuple(z.shape)}")
+        self.feature_dim = int(z.shape[1])
+
+
+def dry_forward(
+    fn: Callable[[Tensor], Tensor],
+    modules: Iterable[nn.Module],
+    input_shape: Sequence[int],
+    *,
+    model: str = "",
+    key: str = "model.name",
+    hint: str = "",
+) -> Tensor:
+    """Run ``fn`` on one all-zero sample (eval mode, no grad); report a too-small input.
+
+    The modules are put back in their previous train/eval mode, and no BatchNorm statistics
+    change. A shape error becomes a :class:`ConfigError` on ``key`` that ends with ``hint``.
+    """
+    mods = list(modules)
+    modes = [(m, m.training) for sub in mods for m in sub.modules()]
+    try:
+        for sub in mods:
+            sub.eval()
+        with torch.no_grad():
+            return fn(torch.zeros(1, *input_shape))
+    except RuntimeError as exc:
+        size = "x".join(str(s) for s in input_shape)
+        msg = f"input {size} is too small for model '{model}'" if model else f"input {size} failed"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(key, f"{msg} ({first}){'; ' + hint if hint else ''}") from exc
+    finally:
+        for m, mode in modes:
+            m.train(mode)
+
+
+def count_parameters(model: nn.Module, blocks: Iterable[str] | None = None) -> int:
+    """Number of parameter entries (buffers excluded) in ``blocks`` (all blocks when ``None``)."""
+    if blocks is None:
+        return sum(p.numel() for p in model.parameters())
+    wanted = set([blocks] if isinstance(blocks, str) else blocks)
+    if isinstance(model, BlockModel):
+        unknown = wanted - set(model.block_names)
+        if unknown:
+            raise KeyError(f"unknown blocks {sorted(unknown)}; blocks: {model.block_names}")
+    return sum(p.numel() for k, p in model.named_parameters() if k.split(".", 1)[0] in wanted)
+
+
+# --------------------------------------------------------------------------------- layers
+class ConvBlock(nn.Conv2d):
+    """``Conv2d`` → ReLU → ``MaxPool2d(pool)``; its keys are the conv's (``<block>.weight``).
+
+    ``relu=False`` or ``pool=0`` drop that step. (ReLU and max-pooling commute, so "pool, relu"
+    as some papers print it is the same function.)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        *,
+        padding: int = 0,
+        relu: bool = True,
+        pool: int = 2,
+    ) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, padding=padding)
+        self.relu = relu
+        self.pool = pool
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, relu={self.relu}, pool={self.pool}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = super().forward(x)
+        if self.relu:
+            x = F.relu(x)
+        if self.pool:
+            x = F.max_pool2d(x, self.pool)
+        return x
+
+
+class DenseBlock(nn.Linear):
+    """Flatten to ``[B, F]`` → ``Linear`` → optional ReLU; its keys are ``<block>.weight/bias``."""
+
+    def __init__(self, in_features: int, out_features: int, *, relu: bool = True) -> None:
+        super().__init__(in_features, out_features)
+        self.relu = relu
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, relu={self.relu}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = super().forward(torch.flatten(x, 1))
+        return F.relu(x) if self.relu else x
+
+
+# --------------------------------------------------------------------------------- registry
+@dataclass(frozen=True)
+class ModelInfo:
+    """A registered model: its name, a one-line description and its options (option → doc)."""
+
+    name: str
+    description: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+MODELS: dict[str, ModelInfo] = {}
+_BUILDERS: dict[str, Callable[..., BlockModel]] = {}
+
+
+def register_model(
+    name: str, description: str, options: dict[str, str] | None = None
+) -> Callable[[Callable[..., BlockModel]], Callable[..., BlockModel]]:
+    """Decorator registering ``builder(num_classes=, input_shape=, **options)`` under ``name``."""
+
+    def wrap(builder: Callable[..., BlockModel]) -> Callable[..., BlockModel]:
+        if name in MODELS:
+            raise ValueError(f"model name {name!r} registered twice")
+        MODELS[name] = ModelInfo(name, description, dict(options or {}))
+        _BUILDERS[name] = builder
+        return builder
+
+    return wrap
+
+
+def build_model(
+    name: str, *, num_classes: int, input_shape: tuple[int, ...], **options: Any
+) -> BlockModel:
+    """Build the registered model ``name`` for ``input_shape`` ((C, H, W) or (D,)) and classes.
+
+    Raises :class:`ConfigError` for an unknown model, an unknown option or an invalid value.
+    Parameters are initialised from torch's global RNG: seed it first for a reproducible model.
+    """
+    if name not in MODELS:
+        raise ConfigError(
+            "model.name", f"unknown model '{name}'; valid choices: {', '.join(sorted(MODELS))}"
+        )
+    valid = MODELS[name].options
+    for opt in options:
+        if opt not in valid:
+            choices = ", ".join(sorted(valid)) or "(none)"
+            raise ConfigError(
+                f"model.{opt}", f"unknown option for model '{name}'; valid: {choices}"
+            )
+    shape = tuple(int(s) for s in input_shape)
+    if not shape or any(s < 1 for s in shape):
+        raise ValueError(f"input_shape must be positive sizes, got {input_shape}")
+    if int(num_classes) < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    return _BUILDERS[name](num_classes=int(num_classes), input_shape=shape, **options)
+
+
+# --------------------------------------------------------------------------------- option checks
+def int_option(key: str, value: Any, *, low: int = 0) -> int:
+    """An integer option ``>= low`` (booleans refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(
+            f"model.{key}",
+            f"expected an integer >= {low}, got {value!r}; valid: {low}, {low + 1}, ...",
+        )
+    return value
+
+
+def choice_option(key: str, value: Any, choices: Sequence[Any]) -> Any:
+    """An option that must be one of ``choices``."""
+    if value not in choices:
+        valid = ", ".join(str(c) for c in choices)
+        raise ConfigError(f"model.{key}", f"invalid value {value!r}; valid: {valid}")
+    return value
+
+
+def image_shape(model: str, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """``input_shape`` as (C, H, W), or a ConfigError saying the model needs images."""
+    if len(input_shape) != 3:
+        raise ConfigError(
+            "model.name",
+            f"model '{model}' needs image input (C, H, W) but the dataset gives {input_shape}; "
+            "use model.name=mlp for flat features",
+        )
+    c, h, w = input_shape
+    return c, h, w
+
+
+def flat_size(shape: Sequence[int]) -> int:
+    """Number of entries of one sample of ``shape``."""
+    return math.prod(shape)
