@@ -46,8 +46,11 @@ class Ditto(Algorithm):
         personal_recipe = Recipe(phases=(Phase(epochs=self.options.personal_epochs, loss_terms=(term,),
                                                name="personal"),))
         v = self.personal_models.get(client, self.init_model)
-        self.personal_models[client] = sim.train(rnd, client, v, recipe=personal_recipe).state
-        return sim.train(rnd, client, w)
+        personal = sim.train(rnd, client, v, recipe=personal_recipe)
+        self.personal_models[client] = personal.state
+        result = sim.train(rnd, client, w)
+        result.phases = personal.phases + result.phases  # both count as the client's computation
+        return result
 
     def eval_state(self, client: int) -> dict[str, torch.Tensor]:
         return self.personal_models.get(client, self.init_model)

@@ -14,6 +14,7 @@ import torch
 
 from fedpart.config import Config, dump_config
 from fedpart.data.sources import load_dataset
+from fedpart.engine.cost import MacCounter
 from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.mixing import tensor_bytes
@@ -79,6 +80,7 @@ class Simulation:
             **cfg.model.options,
         )
         self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
+        self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = ClientStateStore(self.model, self.model.state_dict(), self.algorithm.personal_blocks())
         self.algorithm.setup()
         self.rounds_completed = 0
@@ -142,8 +144,18 @@ class Simulation:
         up_bytes = 0
         loss_sum = 0.0
         samples = 0
+        proxy = 0
+        macs = 0.0
+        trainable = 0
+        numel = {k: p.numel() for k, p in self.model.named_parameters()}
         for client in participants:
             result = algo.local_update(rnd, client)
+            trained: set[str] = set()
+            for keys, steps, phase_samples in result.phases:
+                trained.update(keys)
+                proxy += sum(numel[k] for k in keys) * steps
+                macs += self.macs.per_sample(result.state, keys) * phase_samples
+            trainable = max(trainable, sum(numel[k] for k in trained))
             self.store.set_personal(client, result.state)
             sent = algo.upload(rnd, client, result.state)
             up_bytes += tensor_bytes(sent)
@@ -155,6 +167,9 @@ class Simulation:
         return {
             "participants": len(participants),
             "train_loss": loss_sum / samples if samples else None,
+            "trainable_params": int(trainable),
+            "compute_proxy": int(proxy),
+            "train_macs": int(macs),
             "up_bytes": int(up_bytes),
             "down_bytes": int(down_each * len(participants)),
         }

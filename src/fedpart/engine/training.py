@@ -8,7 +8,7 @@ or Nesterov, so that a batched backend can reproduce it exactly.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.func import functional_call
@@ -43,6 +43,8 @@ class TrainResult:
     loss: float
     samples: int
     steps: int
+    #: per phase actually run: (trained parameter keys, steps, samples) — for cost accounting
+    phases: list[tuple[tuple[str, ...], int, int]] = field(default_factory=list)
 
 
 def batch_slices(n: int, batch_size: int, drop_last: bool, generator: torch.Generator) -> list[torch.Tensor]:
@@ -78,6 +80,7 @@ def train_client(
     loss_sum = 0.0
     samples = 0
     steps = 0
+    phase_log: list[tuple[tuple[str, ...], int, int]] = []
     all_blocks = set(model.block_names)
     for phase_no, phase in enumerate(recipe.phases):
         blocks = (all_blocks if phase.blocks is None else set(phase.blocks)) - set(frozen)
@@ -87,6 +90,7 @@ def train_client(
             continue
         lr = settings.lr * phase.lr_scale
         momentum_buf: dict[str, torch.Tensor] = {}
+        phase_steps, phase_samples = steps, samples
         for epoch in range(epochs):
             order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
             augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
@@ -113,10 +117,11 @@ def train_client(
                 loss_sum += float(loss.detach()) * len(y)
                 samples += len(y)
                 steps += 1
+        phase_log.append((tuple(keys), steps - phase_steps, samples - phase_samples))
     mean_loss = loss_sum / samples if samples else 0.0
     if not math.isfinite(mean_loss):
         raise TrainingError(
             f"training diverged: non-finite loss at round {rnd} on client {client}; "
             "lower federation.lr (or raise the method's regularisation) and resume from the last checkpoint"
         )
-    return TrainResult(state, mean_loss, samples, steps)
+    return TrainResult(state, mean_loss, samples, steps, phase_log)

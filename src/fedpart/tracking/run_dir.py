@@ -141,6 +141,10 @@ def summarize(
         "up_bytes": int(sum(r.get("up_bytes", 0) for r in rows)),
         "down_bytes": int(sum(r.get("down_bytes", 0) for r in rows)),
     }
+    summary["compute"] = {
+        "proxy": int(sum(r.get("compute_proxy") or 0 for r in rows)),
+        "train_macs": int(sum(r.get("train_macs") or 0 for r in rows)),
+    }
     summary["wall_seconds"] = wall_seconds
     if extra:
         summary.update(extra)
