@@ -13,6 +13,12 @@ def tiny_cfg(tmp_path):
         "partition": {"kind": "dirichlet", "num_clients": 6, "alpha": 0.5, "min_size": 20},
         "model": {"name": "mlp", "hidden": [32]},
         "algorithm": {"name": "fedavg"},
-        "federation": {"rounds": 4, "join_ratio": 0.5, "batch_size": 16, "lr": 0.1, "momentum": 0.5},
+        "federation": {
+            "rounds": 4,
+            "join_ratio": 0.5,
+            "batch_size": 16,
+            "lr": 0.1,
+            "momentum": 0.5,
+        },
         "output": {"dir": str(tmp_path / "run"), "checkpoint_every": 2},
     }

@@ -14,14 +14,16 @@ from fedpart.models import build_model
 
 
 def cfg_for(algorithm, rounds=2, **options):
-    return Config.from_dict({
-        "seed": 1,
-        "dataset": {"name": "digits"},
-        "partition": {"kind": "dirichlet", "num_clients": 5, "alpha": 0.5, "min_size": 30},
-        "model": {"name": "fedavgcnn", "padding": 2},
-        "algorithm": {"name": algorithm, **options},
-        "federation": {"rounds": rounds, "join_ratio": 0.6, "batch_size": 16, "lr": 0.05},
-    })
+    return Config.from_dict(
+        {
+            "seed": 1,
+            "dataset": {"name": "digits"},
+            "partition": {"kind": "dirichlet", "num_clients": 5, "alpha": 0.5, "min_size": 30},
+            "model": {"name": "fedavgcnn", "padding": 2},
+            "algorithm": {"name": algorithm, **options},
+            "federation": {"rounds": rounds, "join_ratio": 0.6, "batch_size": 16, "lr": 0.05},
+        }
+    )
 
 
 def changed_blocks(model, before, after):
@@ -29,7 +31,9 @@ def changed_blocks(model, before, after):
 
 
 def one_client_update(sim, rnd=0):
-    client = sample_clients(sim.cfg.seed, rnd, sim.data.num_clients, sim.cfg.federation.join_ratio)[0]
+    client = sample_clients(sim.cfg.seed, rnd, sim.data.num_clients, sim.cfg.federation.join_ratio)[
+        0
+    ]
     start = sim.algorithm.start_state(rnd, client)
     result = sim.algorithm.local_update(rnd, client)
     return client, start, result
@@ -132,7 +136,9 @@ def test_table4_computation_proxy_exact():
 
 
 def test_logged_cost_follows_the_schedule():
-    res = fedpart.run(cfg_for("fedseqlayer", rounds=2, mode="vanilla", unfreeze_rounds=[0, 1, 5]), write=False)
+    res = fedpart.run(
+        cfg_for("fedseqlayer", rounds=2, mode="vanilla", unfreeze_rounds=[0, 1, 5]), write=False
+    )
     m0, m1 = res.metrics[0], res.metrics[1]
     assert m0["trainable_params"] == 32 * 25 + 32  # conv1 only
     assert m1["trainable_params"] > m0["trainable_params"]
@@ -169,15 +175,18 @@ def test_fedrod_personal_head_stays_home_and_adds_to_generic():
     assert torch.allclose(sim.model(x), sim.model.generic(z) + sim.model.personal(z))
 
 
-@pytest.mark.parametrize("override, key", [
-    ("algorithm.head_epochs=-1", "algorithm.head_epochs"),
-    ("algorithm.unfreeze_rounds=[0,50,50]", "algorithm.unfreeze_rounds"),
-    ("algorithm.unfreeze_rounds=[0,100]", "algorithm.unfreeze_rounds"),
-    ("algorithm.base_blocks=[conv1,conv9,fc1]", "algorithm.base_blocks"),
-    ("algorithm.mode=sideways", "algorithm.mode"),
-    ("algorithm.finetune_epochs=-2", "algorithm.finetune_epochs"),
-    ("algorithm.mu=-1", "algorithm.mu"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("algorithm.head_epochs=-1", "algorithm.head_epochs"),
+        ("algorithm.unfreeze_rounds=[0,50,50]", "algorithm.unfreeze_rounds"),
+        ("algorithm.unfreeze_rounds=[0,100]", "algorithm.unfreeze_rounds"),
+        ("algorithm.base_blocks=[conv1,conv9,fc1]", "algorithm.base_blocks"),
+        ("algorithm.mode=sideways", "algorithm.mode"),
+        ("algorithm.finetune_epochs=-2", "algorithm.finetune_epochs"),
+        ("algorithm.mu=-1", "algorithm.mu"),
+    ],
+)
 def test_bad_hyperparameters_are_one_line_errors(override, key):
     name = {"head_epochs": "fedrep", "mu": "fedprox"}.get(key.split(".")[1], "fedseqlayer")
     with pytest.raises(ConfigError) as err:

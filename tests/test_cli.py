@@ -8,12 +8,16 @@ from fedpart.cli import main
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "fedpart.cli", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "fedpart.cli", *args], capture_output=True, text=True
+    )
 
 
 def test_run_writes_metrics_and_summary(tmp_path, capsys):
     out = tmp_path / "OUT"
-    code = main(["run", "configs/quickstart.yaml", "federation.rounds=3", f"output.dir={out}", "--quiet"])
+    code = main(
+        ["run", "configs/quickstart.yaml", "federation.rounds=3", f"output.dir={out}", "--quiet"]
+    )
     assert code == 0
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1, 2]
@@ -22,8 +26,9 @@ def test_run_writes_metrics_and_summary(tmp_path, capsys):
     assert "accuracy final" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("override, needle", [("algorithm.name=nope", "fedavg"),
-                                              ("federation.roundz=3", "rounds")])
+@pytest.mark.parametrize(
+    "override, needle", [("algorithm.name=nope", "fedavg"), ("federation.roundz=3", "rounds")]
+)
 def test_bad_config_exits_2_with_one_line(override, needle):
     proc = run_cli("run", "configs/quickstart.yaml", override)
     assert proc.returncode == 2
@@ -47,17 +52,37 @@ def test_partition_command_prints_and_plots(tmp_path, capsys):
 
 
 def test_compare_and_report(tmp_path, capsys):
-    code = main(["compare", "configs/quickstart.yaml", "federation.rounds=2", "partition.num_clients=6",
-                 f"output.dir={tmp_path}/{{algorithm}}", "--algorithms", "fedavg,local", "--quiet"])
+    code = main(
+        [
+            "compare",
+            "configs/quickstart.yaml",
+            "federation.rounds=2",
+            "partition.num_clients=6",
+            f"output.dir={tmp_path}/{{algorithm}}",
+            "--algorithms",
+            "fedavg,local",
+            "--quiet",
+        ]
+    )
     assert code == 0
     table = capsys.readouterr().out
     assert "fedavg" in table and "local" in table and "|" in table
-    assert main(["report", str(tmp_path / "fedavg"), str(tmp_path / "local"), "--out", str(tmp_path)]) == 0
+    assert (
+        main(["report", str(tmp_path / "fedavg"), str(tmp_path / "local"), "--out", str(tmp_path)])
+        == 0
+    )
     assert (tmp_path / "accuracy.png").is_file()
 
 
 def test_missing_dataset_is_one_clear_line(tmp_path):
-    proc = run_cli("run", "configs/quickstart.yaml", "dataset.name=mnist", f"dataset.root={tmp_path}",
-                   "dataset.download=false", "model.padding=0", f"output.dir={tmp_path}/o")
+    proc = run_cli(
+        "run",
+        "configs/quickstart.yaml",
+        "dataset.name=mnist",
+        f"dataset.root={tmp_path}",
+        "dataset.download=false",
+        "model.padding=0",
+        f"output.dir={tmp_path}/o",
+    )
     assert proc.returncode == 2
     assert "train-images-idx3-ubyte" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

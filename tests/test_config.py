@@ -29,7 +29,11 @@ def test_unknown_key_names_valid_choices():
 def test_unknown_algorithm_lists_choices():
     with pytest.raises(ConfigError) as err:
         load_config("configs/quickstart.yaml", ["algorithm.name=nope"])
-    assert "algorithm.name" in str(err.value) and "fedavg" in str(err.value) and "local" in str(err.value)
+    assert (
+        "algorithm.name" in str(err.value)
+        and "fedavg" in str(err.value)
+        and "local" in str(err.value)
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,7 +61,9 @@ def test_bad_values_name_the_key(override, key):
 
 
 def test_overrides_parse_types():
-    cfg = load_config(None, ["federation.lr=0.5", "partition.split=[0.6,0.2,0.2]", "dataset.merge_test=false"])
+    cfg = load_config(
+        None, ["federation.lr=0.5", "partition.split=[0.6,0.2,0.2]", "dataset.merge_test=false"]
+    )
     assert cfg.federation.lr == 0.5
     assert cfg.partition.split == [0.6, 0.2, 0.2]
     assert cfg.dataset.merge_test is False

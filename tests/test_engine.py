@@ -47,7 +47,15 @@ def test_run_writes_outputs(tiny_cfg, tmp_path):
     out = tmp_path / "run"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 4
-    for key in ("round", "accuracy", "accuracy_weighted", "loss", "up_bytes", "down_bytes", "wall_seconds"):
+    for key in (
+        "round",
+        "accuracy",
+        "accuracy_weighted",
+        "loss",
+        "up_bytes",
+        "down_bytes",
+        "wall_seconds",
+    ):
         assert key in rows[0]
     summary = json.loads((out / "summary.json").read_text())
     for key in ("algorithm", "dataset", "num_clients", "rounds_completed", "wall_seconds"):
@@ -104,8 +112,11 @@ def test_resume_is_bit_identical(tiny_cfg, tmp_path, algorithm):
     straight = {**base, "output": {"dir": str(tmp_path / "straight"), "checkpoint_every": 2}}
     fedpart.run(straight)
     # stop after round 2 (checkpoint at 2), then resume to 4
-    stopped = {**base, "federation": {**base["federation"], "rounds": 2},
-               "output": {"dir": str(tmp_path / "stopped"), "checkpoint_every": 2}}
+    stopped = {
+        **base,
+        "federation": {**base["federation"], "rounds": 2},
+        "output": {"dir": str(tmp_path / "stopped"), "checkpoint_every": 2},
+    }
     fedpart.run(stopped)
     fedpart.resume(tmp_path / "stopped", ["federation.rounds=4"])
     s1 = json.loads((tmp_path / "straight" / "summary.json").read_text())
@@ -153,9 +164,17 @@ def test_nan_loss_is_a_clear_error(tiny_cfg):
 
 def test_official_test_split_and_global_accuracy(tiny_cfg):
     pytest.importorskip("sklearn")
-    cfg = {**tiny_cfg, "dataset": {"name": "synthetic"}, "model": {"name": "mlp"},
-           "partition": {"kind": "iid", "num_clients": 4, "split": [0.8, 0.2, 0.0],
-                         "test_source": "official"}}
+    cfg = {
+        **tiny_cfg,
+        "dataset": {"name": "synthetic"},
+        "model": {"name": "mlp"},
+        "partition": {
+            "kind": "iid",
+            "num_clients": 4,
+            "split": [0.8, 0.2, 0.0],
+            "test_source": "official",
+        },
+    }
     cfg["dataset"]["merge_test"] = False
     res = fedpart.run(cfg, write=False)
     assert res.summary["global_accuracy"]["final"] is not None

@@ -43,9 +43,21 @@ def run_one(label: str, seed: int, rounds: int, out: Path, data_root: str) -> di
     summary = run_dir / "summary.json"
     if summary.is_file():
         return json.loads(summary.read_text())
-    cmd = [sys.executable, "-m", "fedpart.cli", "run", str(ROOT / "configs/centralized" / f"{config}.yaml"),
-           *overrides, f"seed={seed}", f"federation.rounds={rounds}", f"dataset.root={data_root}",
-           "engine.threads=1", f"output.dir={run_dir}", "output.overwrite=true", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedpart.cli",
+        "run",
+        str(ROOT / "configs/centralized" / f"{config}.yaml"),
+        *overrides,
+        f"seed={seed}",
+        f"federation.rounds={rounds}",
+        f"dataset.root={data_root}",
+        "engine.threads=1",
+        f"output.dir={run_dir}",
+        "output.overwrite=true",
+        "--quiet",
+    ]
     if (run_dir / "checkpoint").is_dir():
         cmd = [sys.executable, "-m", "fedpart.cli", "run", "--resume", str(run_dir), "--quiet"]
     t0 = time.time()
@@ -59,17 +71,30 @@ def cost_table() -> str:
     base = list(model.body_names())
     rows = ["| method | our proxy (×10⁹) | paper Table 4 (×10⁹) |", "| --- | --- | --- |"]
     paper = {"FedAvg": 873.04, "FedBABU": 865.34, "Vanilla": 314.91, "Anti": 838.88}
-    for label, mode in (("FedAvg", None), ("FedBABU", "all"), ("Vanilla", "vanilla"), ("Anti", "anti")):
-        per_round = [trainable_parameters(model, model.block_names if mode is None
-                                          else unfrozen_blocks(t, mode, base, [0, 100, 200]))
-                     for t in range(300)]
+    for label, mode in (
+        ("FedAvg", None),
+        ("FedBABU", "all"),
+        ("Vanilla", "vanilla"),
+        ("Anti", "anti"),
+    ):
+        per_round = [
+            trainable_parameters(
+                model,
+                model.block_names
+                if mode is None
+                else unfrozen_blocks(t, mode, base, [0, 100, 200]),
+            )
+            for t in range(300)
+        ]
         ours = paper_cost_proxy(per_round, batches_per_epoch=50, clients=100) / 1e9
         rows.append(f"| {label} | {ours:.3f} | {paper[label]:.2f} |")
     return "\n".join(rows)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
     ap.add_argument("--jobs", type=int, default=2)
@@ -83,7 +108,9 @@ def main() -> None:
     t0 = time.time()
     jobs = [(label, seed) for label in labels for seed in seeds]
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda j: run_one(j[0], j[1], args.rounds, out, args.data_root), jobs))
+        results = list(
+            pool.map(lambda j: run_one(j[0], j[1], args.rounds, out, args.data_root), jobs)
+        )
     by_label: dict[str, list[dict]] = {}
     for (label, _), summary in zip(jobs, results, strict=True):
         by_label.setdefault(label, []).append(summary)
@@ -93,8 +120,12 @@ def main() -> None:
             return f"{100 * values[0]:.2f}"
         return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
 
-    print(f"MNIST, T = {args.rounds}, seeds {seeds}; accuracies in % (weighted = Σ correct / Σ test samples)\n")
-    print("| method | paper | ours weighted, final | ours weighted, best | ours mean over clients, final | wall s |")
+    print(
+        f"MNIST, T = {args.rounds}, seeds {seeds}; accuracies in % (weighted = Σ correct / Σ test samples)\n"
+    )
+    print(
+        "| method | paper | ours weighted, final | ours weighted, best | ours mean over clients, final | wall s |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for label in labels:
         runs = by_label[label]
@@ -103,7 +134,9 @@ def main() -> None:
         wb = fmt([r["accuracy_weighted"]["best"] for r in runs])
         mf = fmt([r["accuracy"]["final"] for r in runs])
         wall = statistics.mean(r["wall_seconds"] for r in runs)
-        print(f"| {label} | {paper if paper is not None else '-'} | {wf} | {wb} | {mf} | {wall:.0f} |")
+        print(
+            f"| {label} | {paper if paper is not None else '-'} | {wf} | {wb} | {mf} | {wall:.0f} |"
+        )
     print(f"\ntotal wall time: {time.time() - t0:.0f} s ({args.jobs} jobs in parallel)\n")
     print(cost_table())
 

@@ -14,7 +14,9 @@ from fedpart.errors import FedpartError
 from fedpart.tracking.run_dir import RunDir
 
 
-def _as_config(config: Config | dict[str, Any] | str | os.PathLike, overrides: list[str] | None) -> Config:
+def _as_config(
+    config: Config | dict[str, Any] | str | os.PathLike, overrides: list[str] | None
+) -> Config:
     if isinstance(config, Config):
         return config.with_overrides(overrides) if overrides else config
     if isinstance(config, dict):
@@ -26,12 +28,14 @@ def _as_config(config: Config | dict[str, Any] | str | os.PathLike, overrides: l
 def output_path(cfg: Config) -> Path:
     """``output.dir`` with its ``{algorithm}``, ``{dataset}``, ``{seed}``, ``{time}`` filled in."""
     try:
-        return Path(cfg.output.dir.format(
-            algorithm=cfg.algorithm.name,
-            dataset=cfg.dataset.name,
-            seed=cfg.seed,
-            time=time.strftime("%Y%m%d-%H%M%S"),
-        ))
+        return Path(
+            cfg.output.dir.format(
+                algorithm=cfg.algorithm.name,
+                dataset=cfg.dataset.name,
+                seed=cfg.seed,
+                time=time.strftime("%Y%m%d-%H%M%S"),
+            )
+        )
     except (KeyError, IndexError, ValueError) as exc:
         raise FedpartError(
             f"output.dir: bad placeholder in {cfg.output.dir!r}; use {{algorithm}}, {{dataset}}, {{seed}}, {{time}}"
@@ -57,7 +61,9 @@ def run(
     return sim.run()
 
 
-def resume(run_dir: str | os.PathLike, overrides: list[str] | None = None, *, quiet: bool = True) -> Result:
+def resume(
+    run_dir: str | os.PathLike, overrides: list[str] | None = None, *, quiet: bool = True
+) -> Result:
     """Continue a stopped run from its last checkpoint; ends bit-identical to an uninterrupted run.
 
     ``overrides`` may change e.g. ``federation.rounds`` to extend a finished run.

@@ -27,12 +27,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = resume(args.resume, overrides, quiet=args.quiet)
     else:
         if config is None:
-            raise FedpartError("missing CONFIG: fedpart run CONFIG [key=value ...] (or --resume DIR)")
+            raise FedpartError(
+                "missing CONFIG: fedpart run CONFIG [key=value ...] (or --resume DIR)"
+            )
         cfg = load_config(config, overrides)
         out = output_path(cfg)
+        sim = Simulation(cfg, run_dir=out, quiet=args.quiet)
         if not args.quiet:
             print(f"run directory: {out}", file=sys.stderr)
-        result = Simulation(cfg, run_dir=out, quiet=args.quiet).run()
+        result = sim.run()
     s = result.summary
     acc = s["accuracy"]
     line = (
@@ -53,19 +56,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from fedpart.report import compare_table, load_run
 
     base = load_config(args.config, args.overrides)
-    names = args.algorithms.split(",") if args.algorithms else [
-        n for n, cls in ALGORITHMS.items() if cls.supports(base)
-    ]
+    names = (
+        args.algorithms.split(",")
+        if args.algorithms
+        else [n for n, cls in ALGORITHMS.items() if cls.supports(base)]
+    )
     unknown = [n for n in names if n not in ALGORITHMS]
     if unknown:
         raise FedpartError(
             f"--algorithms: unknown algorithm '{unknown[0]}'; valid choices: {', '.join(sorted(ALGORITHMS))}"
         )
-    out_template = base.output.dir if "{algorithm}" in base.output.dir else base.output.dir + "/{algorithm}"
+    out_template = (
+        base.output.dir if "{algorithm}" in base.output.dir else base.output.dir + "/{algorithm}"
+    )
     runs = []
     for name in names:
-        out = Path(out_template.format(algorithm=name, dataset=base.dataset.name, seed=base.seed,
-                                       time=args.stamp))
+        out = Path(
+            out_template.format(
+                algorithm=name, dataset=base.dataset.name, seed=base.seed, time=args.stamp
+            )
+        )
         cfg = base.with_overrides([f"algorithm.name={name}", f"output.dir={out}"])
         if not args.quiet:
             print(f"[{len(runs) + 1}/{len(names)}] {name} -> {out}", file=sys.stderr)
@@ -86,8 +96,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("algorithms:")
         for name, cls in sorted(ALGORITHMS.items()):
             opts = ", ".join(cls.option_docs()) or "-"
-            print(f"  {name:<12} [{cls.setting}; backends: {', '.join(cls.backends)}] {cls.summary}"
-                  f" options: {opts}")
+            print(
+                f"  {name:<12} [{cls.setting}; backends: {', '.join(cls.backends)}] {cls.summary}"
+                f" options: {opts}"
+            )
     if what in (None, "datasets"):
         print("datasets:")
         for name, info in sorted(DATASETS.items()):
@@ -112,17 +124,25 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from fedpart.engine.data import build_federated_data
 
     cfg = load_config(args.config, args.overrides)
-    bundle = load_dataset(cfg.dataset.name, cfg.dataset.root, download=cfg.dataset.download,
-                          **cfg.dataset.options)
+    bundle = load_dataset(
+        cfg.dataset.name, cfg.dataset.root, download=cfg.dataset.download, **cfg.dataset.options
+    )
     data = build_federated_data(cfg, bundle)
     for split in ("train", "test"):
         matrix = data.label_matrix(split)
         print(f"== {split} split ==")
         print(describe_partition(matrix))
-    png = Path(args.out) if args.out else Path(f"partition-{cfg.dataset.name}-{cfg.partition.kind}.png")
+    png = (
+        Path(args.out)
+        if args.out
+        else Path(f"partition-{cfg.dataset.name}-{cfg.partition.kind}.png")
+    )
     png.parent.mkdir(parents=True, exist_ok=True)
-    plot_label_matrix(data.label_matrix("train"), png,
-                      title=f"{cfg.dataset.name}, {cfg.partition.kind}, {cfg.partition.num_clients} clients")
+    plot_label_matrix(
+        data.label_matrix("train"),
+        png,
+        title=f"{cfg.dataset.name}, {cfg.partition.kind}, {cfg.partition.num_clients} clients",
+    )
     print(f"label matrix plot: {png}")
     return 0
 
@@ -143,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run one experiment")
     p.add_argument("config", nargs="?", help="YAML config")
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides")
-    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    p.add_argument(
+        "--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
@@ -158,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", nargs="?", choices=["algorithms", "datasets", "models", "partitions"])
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("partition", help="show a config's partition and plot its client x label matrix")
+    p = sub.add_parser(
+        "partition", help="show a config's partition and plot its client x label matrix"
+    )
     p.add_argument("config")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--out", help="PNG path")
@@ -180,8 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted; continue with 'fedpart run --resume DIR' from the last checkpoint",
-              file=sys.stderr)
+        print(
+            "interrupted; continue with 'fedpart run --resume DIR' from the last checkpoint",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -173,7 +173,7 @@ class Config:
                 section = {}
                 for g in dataclasses.fields(value):
                     if g.name == "options":
-                        section.update(getattr(value, "options"))
+                        section.update(value.options)
                     else:
                         section[g.name] = getattr(value, g.name)
                 out[f.name] = section
@@ -320,8 +320,9 @@ def _choice(key: str, value: str, choices: list[str] | tuple[str, ...], what: st
         raise ConfigError(key, f"unknown {what} '{value}'; valid choices: {', '.join(choices)}")
 
 
-def _range(key: str, value: float, lo: float | None = None, hi: float | None = None,
-           lo_open: bool = False) -> None:
+def _range(
+    key: str, value: float, lo: float | None = None, hi: float | None = None, lo_open: bool = False
+) -> None:
     if lo is not None and (value < lo or (lo_open and value == lo)):
         bound = f"> {lo}" if lo_open else f">= {lo}"
         raise ConfigError(key, f"must be {bound}, got {value}")
@@ -332,7 +333,9 @@ def _range(key: str, value: float, lo: float | None = None, hi: float | None = N
 def _check_options(section: str, name: str, given: dict[str, Any], valid: dict[str, str]) -> None:
     for opt in given:
         if opt not in valid:
-            base = [f.name for f in dataclasses.fields(_SECTION_TYPES[section]) if f.name != "options"]
+            base = [
+                f.name for f in dataclasses.fields(_SECTION_TYPES[section]) if f.name != "options"
+            ]
             choices = base + sorted(valid)
             raise _unknown_key(f"{section}.{opt}", opt, choices)
 
@@ -355,7 +358,9 @@ def validate(cfg: Config) -> None:
     from fedpart.models import MODELS
 
     _choice("dataset.name", cfg.dataset.name, sorted(DATASETS), "dataset")
-    _check_options("dataset", cfg.dataset.name, cfg.dataset.options, DATASETS[cfg.dataset.name].options)
+    _check_options(
+        "dataset", cfg.dataset.name, cfg.dataset.options, DATASETS[cfg.dataset.name].options
+    )
     _choice("dataset.augment", cfg.dataset.augment, AUGMENTS, "augmentation")
     _choice("model.name", cfg.model.name, sorted(MODELS), "model")
     _check_options("model", cfg.model.name, cfg.model.options, MODELS[cfg.model.name].options)
@@ -373,7 +378,8 @@ def validate(cfg: Config) -> None:
     _range("partition.classes_per_client", p.classes_per_client, 1)
     if len(p.split) != 3 or any(f < 0 for f in p.split) or abs(sum(p.split) - 1.0) > 1e-6:
         raise ConfigError(
-            "partition.split", f"expected three fractions [train, val, test] summing to 1, got {p.split}"
+            "partition.split",
+            f"expected three fractions [train, val, test] summing to 1, got {p.split}",
         )
     _choice("partition.test_source", p.test_source, ("split", "official"), "test source")
     if p.test_source == "official" and cfg.dataset.merge_test:
@@ -384,7 +390,9 @@ def validate(cfg: Config) -> None:
     if p.test_source == "split" and p.split[2] == 0 and cfg.evaluation.split == "test":
         raise ConfigError("partition.split", "the test fraction is 0 but evaluation.split=test")
     if cfg.evaluation.split == "val" and p.split[1] == 0:
-        raise ConfigError("partition.split", "the validation fraction is 0 but evaluation.split=val")
+        raise ConfigError(
+            "partition.split", "the validation fraction is 0 but evaluation.split=val"
+        )
 
     f = cfg.federation
     _range("federation.rounds", f.rounds, 0)
@@ -412,7 +420,9 @@ def validate(cfg: Config) -> None:
     _range("output.checkpoint_every", cfg.output.checkpoint_every, 0)
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike | None = None, overrides: list[str] | None = None
+) -> Config:
     """Read a YAML config (or start from the defaults), apply overrides and validate."""
     data: dict[str, Any] = {}
     if path is not None:

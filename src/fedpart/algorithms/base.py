@@ -65,7 +65,9 @@ class Algorithm:
         for key, value in raw.items():
             if key not in hints:
                 valid = ", ".join(["name", *hints]) or "name"
-                raise ConfigError(f"algorithm.{key}", f"unknown key for {cls.name}; valid keys: {valid}")
+                raise ConfigError(
+                    f"algorithm.{key}", f"unknown key for {cls.name}; valid keys: {valid}"
+                )
             values[key] = _coerce(value, hints[key], f"algorithm.{key}")
         options = cls.Options(**values)
         check = getattr(options, "check", None)

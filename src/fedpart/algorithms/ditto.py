@@ -14,14 +14,23 @@ from fedpart.errors import ConfigError
 
 @dataclass
 class DittoOptions:
-    lam: float = field(default=0.1, metadata={"doc": "λ of the personal objective F_i(v) + (λ/2)||v − w||²"})
-    personal_epochs: int | None = field(default=None, metadata={"doc": "epochs on the personal model per round (default federation.local_epochs)"})
+    lam: float = field(
+        default=0.1, metadata={"doc": "λ of the personal objective F_i(v) + (λ/2)||v − w||²"}
+    )
+    personal_epochs: int | None = field(
+        default=None,
+        metadata={
+            "doc": "epochs on the personal model per round (default federation.local_epochs)"
+        },
+    )
 
     def check(self) -> None:
         if self.lam < 0:
             raise ConfigError("algorithm.lam", f"must be >= 0, got {self.lam}")
         if self.personal_epochs is not None and self.personal_epochs < 0:
-            raise ConfigError("algorithm.personal_epochs", f"must be >= 0, got {self.personal_epochs}")
+            raise ConfigError(
+                "algorithm.personal_epochs", f"must be >= 0, got {self.personal_epochs}"
+            )
 
 
 @register
@@ -43,8 +52,11 @@ class Ditto(Algorithm):
         w = sim.store.client_state(client)
         params = [k for k, _ in sim.model.named_parameters()]
         term = LossTerm("proximal", proximal({k: w[k] for k in params}), weight=self.options.lam)
-        personal_recipe = Recipe(phases=(Phase(epochs=self.options.personal_epochs, loss_terms=(term,),
-                                               name="personal"),))
+        personal_recipe = Recipe(
+            phases=(
+                Phase(epochs=self.options.personal_epochs, loss_terms=(term,), name="personal"),
+            )
+        )
         v = self.personal_models.get(client, self.init_model)
         personal = sim.train(rnd, client, v, recipe=personal_recipe)
         self.personal_models[client] = personal.state

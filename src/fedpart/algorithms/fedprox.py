@@ -10,7 +10,9 @@ from fedpart.errors import ConfigError
 
 @dataclass
 class FedProxOptions:
-    mu: float = field(default=0.01, metadata={"doc": "proximal weight: loss + (mu/2)·||w - w_global||²"})
+    mu: float = field(
+        default=0.01, metadata={"doc": "proximal weight: loss + (mu/2)·||w - w_global||²"}
+    )
 
     def check(self) -> None:
         if self.mu < 0:

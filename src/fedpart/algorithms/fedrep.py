@@ -10,8 +10,13 @@ from fedpart.errors import ConfigError
 
 @dataclass
 class FedRepOptions:
-    head_epochs: int = field(default=1, metadata={"doc": "epochs of the head phase (PFLlib default 1; the paper uses 10)"})
-    body_epochs: int | None = field(default=None, metadata={"doc": "epochs of the body phase (default federation.local_epochs)"})
+    head_epochs: int = field(
+        default=1,
+        metadata={"doc": "epochs of the head phase (PFLlib default 1; the paper uses 10)"},
+    )
+    body_epochs: int | None = field(
+        default=None, metadata={"doc": "epochs of the body phase (default federation.local_epochs)"}
+    )
 
     def check(self) -> None:
         if self.head_epochs < 0:
@@ -34,7 +39,9 @@ class FedRep(Algorithm):
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         model = self.sim.model
-        return Recipe(phases=(
-            Phase(blocks=tuple(model.head_names), epochs=self.options.head_epochs, name="head"),
-            Phase(blocks=model.body_names(), epochs=self.options.body_epochs, name="body"),
-        ))
+        return Recipe(
+            phases=(
+                Phase(blocks=tuple(model.head_names), epochs=self.options.head_epochs, name="head"),
+                Phase(blocks=model.body_names(), epochs=self.options.body_epochs, name="body"),
+            )
+        )

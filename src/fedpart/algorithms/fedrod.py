@@ -46,7 +46,9 @@ class TwoHeadModel(BlockModel):
         return self.generic(z) + self.personal(z)
 
 
-def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor) -> torch.Tensor:
+def balanced_softmax_loss(
+    logits: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor
+) -> torch.Tensor:
     """Balanced softmax (Ren et al., 2020): CE on logits + log(n_c), n_c the client's class counts."""
     return F.cross_entropy(logits + torch.log(class_counts.clamp_min(1e-12)), y)
 
@@ -79,6 +81,8 @@ class FedRoD(Algorithm):
             z = call_method(model, "features", state, x)
             generic = call_method(model, "generic", state, z)
             personal = call_method(model, "personal", state, z.detach())
-            return balanced_softmax_loss(generic, y, counts) + F.cross_entropy(generic.detach() + personal, y)
+            return balanced_softmax_loss(generic, y, counts) + F.cross_entropy(
+                generic.detach() + personal, y
+            )
 
         return Recipe(objective=objective)

@@ -25,21 +25,42 @@ MODES = ("vanilla", "anti", "all")
 
 @dataclass
 class SeqLayerOptions:
-    mode: str = field(default="vanilla", metadata={"doc": "vanilla (input→output), anti (output→input) or all (FedBABU)"})
-    unfreeze_rounds: list[int] = field(default_factory=lambda: [0, 100, 200],
-                                       metadata={"doc": "rounds t_1 < t_2 < … at which base blocks unfreeze"})
-    base_blocks: list[str] | None = field(default=None,
-                                          metadata={"doc": "the base blocks b_1..b_K in input→output order (default: every non-head block)"})
-    finetune_epochs: int = field(default=10, metadata={"doc": "F: local epochs of whole-model fine-tuning after the last round"})
+    mode: str = field(
+        default="vanilla",
+        metadata={"doc": "vanilla (input→output), anti (output→input) or all (FedBABU)"},
+    )
+    unfreeze_rounds: list[int] = field(
+        default_factory=lambda: [0, 100, 200],
+        metadata={"doc": "rounds t_1 < t_2 < … at which base blocks unfreeze"},
+    )
+    base_blocks: list[str] | None = field(
+        default=None,
+        metadata={
+            "doc": "the base blocks b_1..b_K in input→output order (default: every non-head block)"
+        },
+    )
+    finetune_epochs: int = field(
+        default=10,
+        metadata={"doc": "F: local epochs of whole-model fine-tuning after the last round"},
+    )
 
     def check(self) -> None:
         if self.mode not in MODES:
-            raise ConfigError("algorithm.mode", f"unknown mode '{self.mode}'; valid choices: {', '.join(MODES)}")
+            raise ConfigError(
+                "algorithm.mode", f"unknown mode '{self.mode}'; valid choices: {', '.join(MODES)}"
+            )
         if self.finetune_epochs < 0:
-            raise ConfigError("algorithm.finetune_epochs", f"must be >= 0, got {self.finetune_epochs}")
+            raise ConfigError(
+                "algorithm.finetune_epochs", f"must be >= 0, got {self.finetune_epochs}"
+            )
         rounds = self.unfreeze_rounds
-        if any(t < 0 for t in rounds) or any(b <= a for a, b in zip(rounds, rounds[1:], strict=False)):
-            raise ConfigError("algorithm.unfreeze_rounds", f"must be non-negative and strictly increasing, got {rounds}")
+        if any(t < 0 for t in rounds) or any(
+            b <= a for a, b in zip(rounds, rounds[1:], strict=False)
+        ):
+            raise ConfigError(
+                "algorithm.unfreeze_rounds",
+                f"must be non-negative and strictly increasing, got {rounds}",
+            )
 
 
 def unfrozen_blocks(rnd: int, mode: str, base: list[str], unfreeze_rounds: list[int]) -> list[str]:
@@ -66,12 +87,16 @@ class SeqLayer(Algorithm):
         base = self.options.base_blocks or list(model.body_names())
         unknown = [b for b in base if b not in model.block_names or b in model.head_names]
         if unknown:
-            raise ConfigError("algorithm.base_blocks",
-                              f"unknown base block '{unknown[0]}'; valid choices: {', '.join(model.body_names())}")
+            raise ConfigError(
+                "algorithm.base_blocks",
+                f"unknown base block '{unknown[0]}'; valid choices: {', '.join(model.body_names())}",
+            )
         if self.options.mode != "all" and len(self.options.unfreeze_rounds) != len(base):
-            raise ConfigError("algorithm.unfreeze_rounds",
-                              f"needs one round per base block ({len(base)}: {', '.join(base)}), "
-                              f"got {self.options.unfreeze_rounds}")
+            raise ConfigError(
+                "algorithm.unfreeze_rounds",
+                f"needs one round per base block ({len(base)}: {', '.join(base)}), "
+                f"got {self.options.unfreeze_rounds}",
+            )
         self.base = base
         self.finetuned: dict[int, dict] = {}
 

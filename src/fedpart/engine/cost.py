@@ -28,7 +28,9 @@ def trainable_parameters(model: BlockModel, blocks: Iterable[str]) -> int:
     return sum(p.numel() for k, p in model.named_parameters() if model.block_of(k) in wanted)
 
 
-def paper_cost_proxy(trainable_per_round: Sequence[int], batches_per_epoch: int, clients: int) -> int:
+def paper_cost_proxy(
+    trainable_per_round: Sequence[int], batches_per_epoch: int, clients: int
+) -> int:
     """The fedseqlayer paper's computation proxy (Table 4): Σ_t trainable(t) × batches × clients."""
     return int(sum(trainable_per_round)) * int(batches_per_epoch) * int(clients)
 

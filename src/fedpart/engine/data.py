@@ -98,11 +98,13 @@ def build_federated_data(cfg: Config, bundle: DatasetBundle) -> FederatedData:
     global_test = None
     if p.test_source == "official" and not merge:
         tr, va, _ = fractions
-        splits = split_clients(parts, labels, (tr / (tr + va), va / (tr + va), 0.0),
-                               numpy_rng(cfg.seed, "split"))
+        splits = split_clients(
+            parts, labels, (tr / (tr + va), va / (tr + va), 0.0), numpy_rng(cfg.seed, "split")
+        )
         test_labels = labels[n_train:]
-        tests = assign_test_like_train([s.train for s in splits], labels, test_labels,
-                                       numpy_rng(cfg.seed, "split", 1))
+        tests = assign_test_like_train(
+            [s.train for s in splits], labels, test_labels, numpy_rng(cfg.seed, "split", 1)
+        )
         tests = [t + n_train for t in tests]
     else:
         splits = split_clients(parts, labels, fractions, numpy_rng(cfg.seed, "split"))

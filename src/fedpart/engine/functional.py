@@ -19,7 +19,9 @@ class _Part(nn.Module):
         return getattr(self.m, self.method)(x)
 
 
-def call_method(model: BlockModel, method: str, state: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+def call_method(
+    model: BlockModel, method: str, state: dict[str, torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
     """``model.<method>(x)`` with the model's tensors replaced by ``state``."""
     return functional_call(_Part(model, method), {f"m.{k}": v for k, v in state.items()}, (x,))
 

@@ -68,7 +68,9 @@ class Recipe:
     objective: Objective | None = None
 
 
-def proximal(reference: Mapping[str, torch.Tensor]) -> Callable[[Mapping[str, torch.Tensor]], torch.Tensor]:
+def proximal(
+    reference: Mapping[str, torch.Tensor],
+) -> Callable[[Mapping[str, torch.Tensor]], torch.Tensor]:
     """The proximal penalty ½·Σ_k ‖w_k − reference_k‖² over the reference's keys (FedProx, Ditto).
 
     Use it as ``LossTerm("proximal", proximal(ref), weight=mu)`` for (mu/2)·‖w − ref‖².

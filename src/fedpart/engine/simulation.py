@@ -54,8 +54,14 @@ class Simulation:
     ``Simulation(cfg).run()`` runs it; ``Simulation.resume(dir)`` continues a stopped run.
     """
 
-    def __init__(self, cfg: Config, *, run_dir: str | Path | None = None, quiet: bool = True,
-                 data: FederatedData | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        run_dir: str | Path | None = None,
+        quiet: bool = True,
+        data: FederatedData | None = None,
+    ) -> None:
         from fedpart.algorithms import ALGORITHMS
 
         self.cfg = cfg
@@ -64,10 +70,16 @@ class Simulation:
             torch.set_num_threads(cfg.engine.threads)
         self.device = torch.device(cfg.engine.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise FedpartError("engine.device: CUDA was requested but no GPU is available; use engine.device=cpu")
+            raise FedpartError(
+                "engine.device: CUDA was requested but no GPU is available; use engine.device=cpu"
+            )
         if data is None:
-            bundle = load_dataset(cfg.dataset.name, cfg.dataset.root, download=cfg.dataset.download,
-                                  **cfg.dataset.options)
+            bundle = load_dataset(
+                cfg.dataset.name,
+                cfg.dataset.root,
+                download=cfg.dataset.download,
+                **cfg.dataset.options,
+            )
             data = build_federated_data(cfg, bundle)
         self.data = data
         algo_cls = ALGORITHMS[cfg.algorithm.name]
@@ -81,7 +93,9 @@ class Simulation:
         )
         self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
         self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
-        self.store = ClientStateStore(self.model, self.model.state_dict(), self.algorithm.personal_blocks())
+        self.store = ClientStateStore(
+            self.model, self.model.state_dict(), self.algorithm.personal_blocks()
+        )
         self.algorithm.setup()
         self.rounds_completed = 0
         self.finished = False
@@ -105,8 +119,14 @@ class Simulation:
             seed=self.cfg.seed,
         )
 
-    def train(self, rnd: int, client: int, start: dict[str, torch.Tensor],
-              recipe: Any = None, frozen: set[str] | None = None) -> TrainResult:
+    def train(
+        self,
+        rnd: int,
+        client: int,
+        start: dict[str, torch.Tensor],
+        recipe: Any = None,
+        frozen: set[str] | None = None,
+    ) -> TrainResult:
         """Run a client's local training (the method's recipe unless one is given)."""
         algo = self.algorithm
         return train_client(
@@ -129,14 +149,18 @@ class Simulation:
         rnd = self.cfg.federation.rounds
         recipe = Recipe(phases=(Phase(blocks=None, epochs=epochs, name="finetune"),))
         begin = start or self.store.client_state
-        return {c: self.train(rnd, c, begin(c), recipe=recipe, frozen=set()).state
-                for c in range(self.data.num_clients)}
+        return {
+            c: self.train(rnd, c, begin(c), recipe=recipe, frozen=set()).state
+            for c in range(self.data.num_clients)
+        }
 
     def run_round(self, rnd: int) -> dict[str, Any]:
         """Sample, train, upload, aggregate. Returns the round's accounting."""
         algo = self.algorithm
         cfg = self.cfg
-        participants = sample_clients(cfg.seed, rnd, self.data.num_clients, cfg.federation.join_ratio)
+        participants = sample_clients(
+            cfg.seed, rnd, self.data.num_clients, cfg.federation.join_ratio
+        )
         down_keys = algo.download_keys(rnd)
         down_each = tensor_bytes({k: self.store.global_state[k] for k in down_keys})
         uploads: dict[int, dict[str, torch.Tensor]] = {}
@@ -198,7 +222,9 @@ class Simulation:
             if sum(sizes) == 0:
                 continue
             ok, losses = evaluate_samples(self.model, states[key], self.data, torch.cat(index), bs)
-            for c, part_ok, part_loss in zip(members, ok.split(sizes), losses.split(sizes), strict=True):
+            for c, part_ok, part_loss in zip(
+                members, ok.split(sizes), losses.split(sizes), strict=True
+            ):
                 correct[c] = float(part_ok.sum())
                 loss[c] = float(part_loss.sum())
                 total[c] = part_ok.numel()
@@ -211,8 +237,9 @@ class Simulation:
             "loss": float(loss.sum() / total.sum()) if total.sum() else None,
         }
         if self.algorithm.has_global_model and self.data.global_test is not None:
-            ok, losses = evaluate_samples(self.model, self.store.global_state, self.data,
-                                          self.data.global_test, bs)
+            ok, losses = evaluate_samples(
+                self.model, self.store.global_state, self.data, self.data.global_test, bs
+            )
             row["global_accuracy"] = float(ok.float().mean())
             row["global_loss"] = float(losses.mean())
         return row
@@ -234,8 +261,14 @@ class Simulation:
         if not self.quiet:
             from tqdm import tqdm
 
-            bar = tqdm(total=cfg.federation.rounds, initial=self.rounds_completed, file=sys.stderr,
-                       desc=f"{cfg.algorithm.name}", unit="round", dynamic_ncols=True)
+            bar = tqdm(
+                total=cfg.federation.rounds,
+                initial=self.rounds_completed,
+                file=sys.stderr,
+                desc=f"{cfg.algorithm.name}",
+                unit="round",
+                dynamic_ncols=True,
+            )
         try:
             while self.rounds_completed < cfg.federation.rounds:
                 rnd = self.rounds_completed
@@ -264,11 +297,19 @@ class Simulation:
                 t0 = time.perf_counter()
                 changed = self.algorithm.finish()
                 if changed:
-                    self.final_row = {"round": cfg.federation.rounds, "stage": "final", **self.evaluate()}
+                    self.final_row = {
+                        "round": cfg.federation.rounds,
+                        "stage": "final",
+                        **self.evaluate(),
+                    }
                     if rd is not None:
                         rd.append_metrics(self.final_row)
                 elif not self.rows or self.rows[-1].get("accuracy") is None:
-                    self.final_row = {"round": cfg.federation.rounds, "stage": "final", **self.evaluate()}
+                    self.final_row = {
+                        "round": cfg.federation.rounds,
+                        "stage": "final",
+                        **self.evaluate(),
+                    }
                 self.elapsed += time.perf_counter() - t0
                 self.finished = True
         finally:
@@ -278,11 +319,14 @@ class Simulation:
         if rd is not None:
             self.save_checkpoint()
             rd.write_json("summary.json", result.summary)
-            rd.write_json("clients.json", {
-                "client_accuracy": result.client_accuracy,
-                "client_test_samples": self.client_test_samples,
-                "client_train_samples": [c.num_train for c in self.data.clients],
-            })
+            rd.write_json(
+                "clients.json",
+                {
+                    "client_accuracy": result.client_accuracy,
+                    "client_test_samples": self.client_test_samples,
+                    "client_train_samples": [c.num_train for c in self.data.clients],
+                },
+            )
         return result
 
     def result(self) -> Result:
@@ -296,11 +340,19 @@ class Simulation:
             rounds_completed=self.rounds_completed,
             wall_seconds=round(self.elapsed, 3),
             last_k=cfg.evaluation.last_k,
-            extra={"seed": cfg.seed, "model": cfg.model.name,
-                   "personal_state_bytes": self.store.personal_bytes()},
+            extra={
+                "seed": cfg.seed,
+                "model": cfg.model.name,
+                "personal_state_bytes": self.store.personal_bytes(),
+            },
         )
-        return Result(summary, list(self.rows), list(self.client_accuracy),
-                      self.run_dir.path if self.run_dir else None, self)
+        return Result(
+            summary,
+            list(self.rows),
+            list(self.client_accuracy),
+            self.run_dir.path if self.run_dir else None,
+            self,
+        )
 
     # ---------------------------------------------------------- checkpoints
     def state_tensors(self) -> dict[str, torch.Tensor]:

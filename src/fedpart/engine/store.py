@@ -19,7 +19,9 @@ class ClientStateStore:
     def __init__(self, model: BlockModel, init_state: State, personal_blocks: set[str]) -> None:
         unknown = set(personal_blocks) - set(model.block_names)
         if unknown:
-            raise ValueError(f"unknown personal blocks {sorted(unknown)}; blocks: {model.block_names}")
+            raise ValueError(
+                f"unknown personal blocks {sorted(unknown)}; blocks: {model.block_names}"
+            )
         self.model = model
         self.keys = list(init_state)
         self.global_state: State = {k: v.detach().clone() for k, v in init_state.items()}
@@ -45,7 +47,9 @@ class ClientStateStore:
         """Keys that are neither personal nor in ``frozen_blocks``."""
         personal = set(self.personal_keys)
         return [
-            k for k in self.keys if k not in personal and self.model.block_of(k) not in frozen_blocks
+            k
+            for k in self.keys
+            if k not in personal and self.model.block_of(k) not in frozen_blocks
         ]
 
     def personal_bytes(self) -> int:

@@ -47,7 +47,9 @@ class TrainResult:
     phases: list[tuple[tuple[str, ...], int, int]] = field(default_factory=list)
 
 
-def batch_slices(n: int, batch_size: int, drop_last: bool, generator: torch.Generator) -> list[torch.Tensor]:
+def batch_slices(
+    n: int, batch_size: int, drop_last: bool, generator: torch.Generator
+) -> list[torch.Tensor]:
     """A shuffled epoch of batch positions ``0..n-1``; a client smaller than a batch takes one step."""
     perm = torch.randperm(n, generator=generator)
     if drop_last and n >= batch_size:

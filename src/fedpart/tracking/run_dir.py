@@ -66,8 +66,10 @@ class RunDir:
         final = self.path / "checkpoint"
         tmp = self.path / ".checkpoint.tmp"
         tmp.mkdir(exist_ok=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()},
-                  str(tmp / "state.safetensors"))
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in tensors.items()},
+            str(tmp / "state.safetensors"),
+        )
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         old = self.path / ".checkpoint.old"
         if final.exists():
@@ -81,7 +83,9 @@ class RunDir:
     def load_checkpoint(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         ckpt = self.path / "checkpoint"
         if not (ckpt / "meta.json").is_file() or not (ckpt / "state.safetensors").is_file():
-            raise FedpartError(f"{self.path}: no checkpoint to resume from (expected {ckpt}/meta.json)")
+            raise FedpartError(
+                f"{self.path}: no checkpoint to resume from (expected {ckpt}/meta.json)"
+            )
         try:
             meta = json.loads((ckpt / "meta.json").read_text())
             tensors = load_file(str(ckpt / "state.safetensors"))
