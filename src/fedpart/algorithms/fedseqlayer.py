@@ -116,6 +116,26 @@ class SeqLayer(Algorithm):
         return self.finetuned.get(client) or self.sim.store.client_state(client)
 
 
+@dataclass
+class FedBABUOptions:
+    finetune_epochs: int = field(
+        default=10,
+        metadata={"doc": "F: local epochs of whole-model fine-tuning after the last round"},
+    )
+    base_blocks: list[str] | None = field(
+        default=None,
+        metadata={"doc": "the body blocks trained and averaged (default: every non-head block)"},
+    )
+    mode = "all"  # not options: FedBABU is the 'all' schedule
+    unfreeze_rounds = ()
+
+    def check(self) -> None:
+        if self.finetune_epochs < 0:
+            raise ConfigError(
+                "algorithm.finetune_epochs", f"must be >= 0, got {self.finetune_epochs}"
+            )
+
+
 @register
 class FedBABU(SeqLayer):
     """FedBABU (Oh et al., 2022): body-only federated training with the head fixed at its random
@@ -125,7 +145,4 @@ class FedBABU(SeqLayer):
 
     name = "fedbabu"
     summary = "Body-only training with a fixed random head, then whole-model fine-tuning."
-
-    def setup(self) -> None:
-        self.options.mode = "all"
-        super().setup()
+    Options = FedBABUOptions
