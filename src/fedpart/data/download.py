@@ -71,69 +71,123 @@ _MEDMNIST_URL = "https://zenodo.org/records/10519652/files/"  # MedMNIST v3 (Med
 RESOURCES: dict[str, tuple[Resource, ...]] = {
     # MNIST / Fashion-MNIST: the gzip files and MD5s torchvision lists.
     "mnist": (
-        Resource(_MNIST_URL + "train-images-idx3-ubyte.gz", "train-images-idx3-ubyte.gz",
-                 "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
-        Resource(_MNIST_URL + "train-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                 "d53e105ee54ea40749a09fcbcd1e9432"),
-        Resource(_MNIST_URL + "t10k-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                 "9fb629c4189551a2d022fa330f9573f3"),
-        Resource(_MNIST_URL + "t10k-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
-                 "ec29112dd5afa0611ce80d1b7f02629c"),
+        Resource(
+            _MNIST_URL + "train-images-idx3-ubyte.gz",
+            "train-images-idx3-ubyte.gz",
+            "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+        ),
+        Resource(
+            _MNIST_URL + "train-labels-idx1-ubyte.gz",
+            "train-labels-idx1-ubyte.gz",
+            "d53e105ee54ea40749a09fcbcd1e9432",
+        ),
+        Resource(
+            _MNIST_URL + "t10k-images-idx3-ubyte.gz",
+            "t10k-images-idx3-ubyte.gz",
+            "9fb629c4189551a2d022fa330f9573f3",
+        ),
+        Resource(
+            _MNIST_URL + "t10k-labels-idx1-ubyte.gz",
+            "t10k-labels-idx1-ubyte.gz",
+            "ec29112dd5afa0611ce80d1b7f02629c",
+        ),
     ),
     "fmnist": (
-        Resource(_FMNIST_URL + "train-images-idx3-ubyte.gz", "train-images-idx3-ubyte.gz",
-                 "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
-        Resource(_FMNIST_URL + "train-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                 "25c81989df183df01b3e8a0aad5dffbe"),
-        Resource(_FMNIST_URL + "t10k-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                 "bef4ecab320f06d8554ea6380940ec79"),
-        Resource(_FMNIST_URL + "t10k-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
-                 "bb300cfdad3c16e7a12a480ee83cd310"),
+        Resource(
+            _FMNIST_URL + "train-images-idx3-ubyte.gz",
+            "train-images-idx3-ubyte.gz",
+            "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+        ),
+        Resource(
+            _FMNIST_URL + "train-labels-idx1-ubyte.gz",
+            "train-labels-idx1-ubyte.gz",
+            "25c81989df183df01b3e8a0aad5dffbe",
+        ),
+        Resource(
+            _FMNIST_URL + "t10k-images-idx3-ubyte.gz",
+            "t10k-images-idx3-ubyte.gz",
+            "bef4ecab320f06d8554ea6380940ec79",
+        ),
+        Resource(
+            _FMNIST_URL + "t10k-labels-idx1-ubyte.gz",
+            "t10k-labels-idx1-ubyte.gz",
+            "bb300cfdad3c16e7a12a480ee83cd310",
+        ),
     ),
     # EMNIST: one zip holding every split as IDX gzip files under gzip/.
     "emnist": (
-        Resource("https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip", "gzip.zip",
-                 "58c8d27c78d21e728a6bc7b3cc06412e"),
+        Resource(
+            "https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip",
+            "gzip.zip",
+            "58c8d27c78d21e728a6bc7b3cc06412e",
+        ),
     ),
     # CIFAR: the binary ("for C programs") versions, MD5 as on the CIFAR page.
     "cifar10": (
-        Resource("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
-                 "cifar-10-binary.tar.gz", "c32a1d4ab5d03f1284b67883e8d87530"),
+        Resource(
+            "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
+            "cifar-10-binary.tar.gz",
+            "c32a1d4ab5d03f1284b67883e8d87530",
+        ),
     ),
     "cifar100": (
-        Resource("https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz",
-                 "cifar-100-binary.tar.gz", "03b5dce01913d631647c71ecec9e9cb8"),
+        Resource(
+            "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz",
+            "cifar-100-binary.tar.gz",
+            "03b5dce01913d631647c71ecec9e9cb8",
+        ),
     ),
     "svhn": (
-        Resource("http://ufldl.stanford.edu/housenumbers/train_32x32.mat", "train_32x32.mat",
-                 "e26dedcc434d2e4c54c9b2d4a06d8373"),
-        Resource("http://ufldl.stanford.edu/housenumbers/test_32x32.mat", "test_32x32.mat",
-                 "eb5a983be6a315427106f1b164d9cef3"),
+        Resource(
+            "http://ufldl.stanford.edu/housenumbers/train_32x32.mat",
+            "train_32x32.mat",
+            "e26dedcc434d2e4c54c9b2d4a06d8373",
+        ),
+        Resource(
+            "http://ufldl.stanford.edu/housenumbers/test_32x32.mat",
+            "test_32x32.mat",
+            "eb5a983be6a315427106f1b164d9cef3",
+        ),
     ),
     # CINIC-10: the Edinburgh DataShare archive. The MD5 is the one torchvision-style loaders
     # in the wild agree on; the DataShare page itself does not print it.
     "cinic10": (
-        Resource("https://datashare.ed.ac.uk/bitstream/handle/10283/3192/CINIC-10.tar.gz",
-                 "CINIC-10.tar.gz", "6ee4d0c996905fe93221de577967a372"),
+        Resource(
+            "https://datashare.ed.ac.uk/bitstream/handle/10283/3192/CINIC-10.tar.gz",
+            "CINIC-10.tar.gz",
+            "6ee4d0c996905fe93221de577967a372",
+        ),
     ),
     "tinyimagenet": (
-        Resource("http://cs231n.stanford.edu/tiny-imagenet-200.zip", "tiny-imagenet-200.zip",
-                 "90528d7ca1a48142e341f4ef8d21d0de"),
+        Resource(
+            "http://cs231n.stanford.edu/tiny-imagenet-200.zip",
+            "tiny-imagenet-200.zip",
+            "90528d7ca1a48142e341f4ef8d21d0de",
+        ),
     ),
     # MedMNIST v3 files (28x28) and the MD5s in medmnist's INFO dict for that release. (The v2
     # release, zenodo record 6496656, has other MD5s for organ{a,c}mnist; local copies of either
     # release are read alike, since local .npz files are checked by format only.)
     "pathmnist": (
-        Resource(_MEDMNIST_URL + "pathmnist.npz?download=1", "pathmnist.npz",
-                 "a8b06965200029087d5bd730944a56c1"),
+        Resource(
+            _MEDMNIST_URL + "pathmnist.npz?download=1",
+            "pathmnist.npz",
+            "a8b06965200029087d5bd730944a56c1",
+        ),
     ),
     "organamnist": (
-        Resource(_MEDMNIST_URL + "organamnist.npz?download=1", "organamnist.npz",
-                 "68e3f8846a6bd62f0c9bf841c0d9eacc"),
+        Resource(
+            _MEDMNIST_URL + "organamnist.npz?download=1",
+            "organamnist.npz",
+            "68e3f8846a6bd62f0c9bf841c0d9eacc",
+        ),
     ),
     "organcmnist": (
-        Resource(_MEDMNIST_URL + "organcmnist.npz?download=1", "organcmnist.npz",
-                 "b9ceb9546e10131b32923c5bbeaea2b1"),
+        Resource(
+            _MEDMNIST_URL + "organcmnist.npz?download=1",
+            "organcmnist.npz",
+            "b9ceb9546e10131b32923c5bbeaea2b1",
+        ),
     ),
 }
 
@@ -187,9 +241,9 @@ def verify_md5(path: Path, expected: str, payload: bytes | None = None) -> None:
         return
     got = md5_bytes(payload) if payload is not None else md5_file(path)
     if got != expected:
-        what = "decompressed content of " if payload is not None else ""
+        what = "its decompressed content" if payload is not None else "the file"
         raise DataError(
-            f"{path} is corrupted: MD5 of the {what}file is {got}, expected {expected}; "
+            f"{path} is corrupted: MD5 of {what} is {got}, expected {expected}; "
             "delete it and place a fresh copy"
         )
     _VERIFIED.add(key)
@@ -213,9 +267,11 @@ def fetch(
     if downloads_disabled():
         raise DownloadError("downloads are turned off (FEDPART_OFFLINE is set)")
     dest = Path(dest)
+    created = [d for d in (dest.parent, *dest.parent.parents) if not d.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
+    ok = False
     try:
         digest = hashlib.md5(usedforsecurity=False)
         log.info("downloading %s -> %s", url, dest)
@@ -232,8 +288,15 @@ def fetch(
         if md5 is not None and got != md5:
             raise DownloadError(f"{url}: MD5 of the download is {got}, expected {md5}")
         os.replace(tmp, dest)
+        ok = True
     finally:
         tmp.unlink(missing_ok=True)
+        if not ok:  # leave no empty folders behind a failed download
+            for d in created:
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
     if md5 is None:
         log.warning("%s has no published checksum; only its format will be checked", dest.name)
     if extract_to is not None:

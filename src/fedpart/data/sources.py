@@ -10,6 +10,7 @@ truncated or corrupted file is detected (header/size checks, MD5 of known files)
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zlib
 from collections.abc import Callable
@@ -68,36 +69,92 @@ def resolve_root(root: str | os.PathLike | None) -> Path:
 
 
 # ----------------------------------------------------------------------------- helpers
+_FIX = "delete it and place a fresh copy"
+
+
+_TITLES = {
+    "mnist": "MNIST",
+    "fmnist": "Fashion-MNIST",
+    "emnist": "EMNIST",
+    "cifar10": "CIFAR-10",
+    "cifar100": "CIFAR-100",
+    "svhn": "SVHN",
+    "cinic10": "CINIC-10",
+    "tinyimagenet": "Tiny-ImageNet",
+    "pathmnist": "PathMNIST",
+    "organamnist": "OrganAMNIST",
+    "organcmnist": "OrganCMNIST",
+}
+
+
 def _missing(name: str, folder: Path, files: list[str], reason: str = "") -> DataError:
-    why = f"; download failed: {reason}" if reason else ""
+    why = f"; {reason}" if reason else ""
     return DataError(
-        f"{name} not found: place {', '.join(files)} in {folder} "
+        f"{_TITLES.get(name, name)} not found: place {', '.join(files)} in {folder} "
         f"(or set dataset.root / FEDPART_DATA){why}"
     )
 
 
+def _present(folder: Path, name: str) -> bool:
+    """``name`` (a file, ``name.gz``, or a directory when it ends in ``/``) exists in ``folder``."""
+    if name.endswith("/"):
+        return (folder / name).is_dir()
+    return _find(folder, name) is not None or _find(folder, name.removesuffix(".gz")) is not None
+
+
 def _ensure(
-    name: str, folder: Path, files: list[str], download: bool, archive_dir: Path | None = None
+    name: str,
+    folder: Path,
+    files: list[str],
+    download: bool,
+    archive_dir: Path | None = None,
+    after_download: Callable[[], None] | None = None,
 ) -> None:
-    """Make sure ``files`` exist under ``folder``; download the dataset's resources if allowed."""
-    missing = [f for f in files if _find(folder, f) is None]
+    """Make sure ``files`` exist under ``folder``; download the dataset's resources if allowed.
+
+    ``files`` are names relative to ``folder``; ``x.gz`` is satisfied by ``x`` too, and a name
+    ending in ``/`` is a directory. Downloads make one attempt per missing resource (archives
+    are extracted into ``archive_dir``, then ``after_download`` may rearrange them); on failure, or with ``download`` false, one
+    :class:`DataError` line names the missing files, the directory and the reason.
+    """
+    missing = [f for f in files if not _present(folder, f)]
     if not missing:
         return
-    reason = "downloading is turned off (dataset.download=false)"
-    if download and name in RESOURCES:
+    if not download:
+        reason = "downloading is turned off (dataset.download=false)"
+    elif name not in RESOURCES:
+        reason = "there is no download source for it"
+    else:
         try:
             for res in RESOURCES[name]:
                 target_dir = archive_dir or folder
                 dest = target_dir / res.filename
                 is_archive = res.filename.endswith((".tar.gz", ".tgz", ".zip", ".tar"))
+                if not is_archive and _present(target_dir, res.filename):
+                    continue  # only fetch what is missing
                 fetch(res.url, dest, res.md5, extract_to=target_dir if is_archive else None)
-            missing = [f for f in files if _find(folder, f) is None]
+                if is_archive:
+                    dest.unlink(missing_ok=True)  # extracted: the archive is not needed again
+            if after_download is not None:
+                after_download()
+            missing = [f for f in files if not _present(folder, f)]
             if not missing:
                 return
-            reason = "the downloaded archive did not contain the expected files"
-        except DownloadError as exc:
-            reason = str(exc)
+            reason = "the download did not contain the expected files"
+        except (DownloadError, OSError) as exc:  # OSError: e.g. a read-only data root
+            reason = f"download failed: {exc}"
     raise _missing(name, folder, missing, reason)
+
+
+def _check_labels(y: np.ndarray, num_classes: int, path: Path) -> np.ndarray:
+    """``y`` as int64, or :class:`DataError` naming ``path`` if a label is out of range."""
+    y = np.asarray(y).reshape(-1).astype(np.int64)
+    if y.size and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise DataError(
+            f"{path} holds labels in {int(y.min())}..{int(y.max())}, expected 0..{num_classes - 1}; "
+            f"the file is corrupted or of another dataset: {_FIX}"
+        )
+    return y
 
 
 def _find(folder: Path, name: str) -> Path | None:
@@ -157,7 +214,10 @@ def _idx_pair(folder: Path, prefix: str, md5_folder: str | None) -> tuple[np.nda
     images = read_idx(img_path, key(img_name))
     labels = read_idx(lbl_path, key(lbl_name))
     if images.shape[0] != labels.shape[0]:
-        raise DataError(f"{img_path} and {lbl_path} disagree on the number of samples")
+        raise DataError(
+            f"{img_path} holds {images.shape[0]} images but {lbl_path} holds {labels.shape[0]} "
+            f"labels; one of them is from another copy: {_FIX}"
+        )
     return images, labels
 
 
@@ -202,6 +262,8 @@ def _load_mnist_like(
     _ensure(name, folder, [f + ".gz" if not _find(folder, f) else f for f in _IDX_FILES], download)
     train = _idx_pair(folder, "train", folder_name)
     test = _idx_pair(folder, "t10k", folder_name)
+    train = (train[0], _check_labels(train[1], 10, folder / "train-labels-idx1-ubyte"))
+    test = (test[0], _check_labels(test[1], 10, folder / "t10k-labels-idx1-ubyte"))
     return _bundle(name, train, test, 10, (mean,), (std,), "none")
 
 
@@ -217,10 +279,16 @@ def load_fmnist(root: Path, download: bool) -> DatasetBundle:
         0.3530,
         root,
         download,
-        fallback=Path("/usr/share/datasets/fashion-mnist"),
+        fallback=DEBIAN_FASHION_MNIST,
     )
 
 
+#: Where Debian's ``dataset-fashion-mnist`` package installs the Fashion-MNIST gzip files (the
+#: same four names as torchvision's ``FashionMNIST/raw``); read when ``<root>/FashionMNIST/raw``
+#: lacks them.
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+
+#: EMNIST splits read, and their number of classes.
 EMNIST_SPLITS = {"byclass": 62, "balanced": 47, "letters": 26, "digits": 10}
 
 
@@ -236,27 +304,39 @@ def load_emnist(root: Path, download: bool, split: str = "balanced") -> DatasetB
         for s in ("train", "test")
         for k in ("images-idx3", "labels-idx1")
     ]
+    alt = folder / "gzip"  # where NIST's gzip.zip puts them, unpacked as is
+
+    def flatten() -> None:
+        for f in alt.glob("emnist-*-ubyte.gz") if alt.is_dir() else ():
+            f.replace(folder / f.name)
+
     missing = [n for n in names if not _find(folder, n)]
     if missing:
-        alt = folder / "gzip"
         if all(_find(alt, n) for n in names):
             folder = alt
         else:
-            _ensure("emnist", folder, [n + ".gz" for n in missing], download, archive_dir=folder)
-            if not all(_find(folder, n) for n in names) and all(_find(alt, n) for n in names):
-                folder = alt
+            _ensure(
+                "emnist",
+                folder,
+                [n + ".gz" for n in missing],
+                download,
+                archive_dir=folder,
+                after_download=flatten,
+            )
     out = []
     for s in ("train", "test"):
         x, y = _idx_pair(folder, f"emnist-{split}-{s}", None)
         x = np.ascontiguousarray(x.transpose(0, 2, 1))  # EMNIST images are stored transposed
-        y = y.astype(np.int64) - (1 if split == "letters" else 0)
+        y = y.astype(np.int64) - (1 if split == "letters" else 0)  # letters: a..z are 1..26
+        y = _check_labels(y, EMNIST_SPLITS[split], folder / f"emnist-{split}-{s}-labels-idx1-ubyte")
         out.append((x, y))
     return _bundle("emnist", out[0], out[1], EMNIST_SPLITS[split], (0.1751,), (0.3332,), "none")
 
 
 def _read_cifar_bin(
-    path: Path, label_bytes: int, label_index: int
+    path: Path, label_bytes: int, label_index: int, num_classes: int
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Records of ``label_bytes`` label bytes then 3072 pixel bytes (R, G, B planes of 32x32)."""
     record = label_bytes + 3072
     data = np.fromfile(path, dtype=np.uint8)
     if data.size == 0 or data.size % record:
@@ -265,19 +345,20 @@ def _read_cifar_bin(
             "delete it and place a fresh copy"
         )
     rows = data.reshape(-1, record)
-    return rows[:, label_bytes:].reshape(-1, 3, 32, 32), rows[:, label_index].astype(np.int64)
+    labels = _check_labels(rows[:, label_index], num_classes, path)
+    return rows[:, label_bytes:].reshape(-1, 3, 32, 32), labels
 
 
 def load_cifar10(root: Path, download: bool) -> DatasetBundle:
     folder = root / "cifar-10-batches-bin"
     files = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
     _ensure("cifar10", folder, files, download, archive_dir=root)
-    parts = [_read_cifar_bin(folder / f, 1, 0) for f in files[:5]]
+    parts = [_read_cifar_bin(folder / f, 1, 0, 10) for f in files[:5]]
     train = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
     return _bundle(
         "cifar10",
         train,
-        _read_cifar_bin(folder / files[5], 1, 0),
+        _read_cifar_bin(folder / files[5], 1, 0, 10),
         10,
         (0.4914, 0.4822, 0.4465),
         (0.2470, 0.2435, 0.2616),
@@ -290,13 +371,16 @@ def load_cifar100(root: Path, download: bool) -> DatasetBundle:
     _ensure("cifar100", folder, ["train.bin", "test.bin"], download, archive_dir=root)
     return _bundle(
         "cifar100",
-        _read_cifar_bin(folder / "train.bin", 2, 1),
-        _read_cifar_bin(folder / "test.bin", 2, 1),
+        _read_cifar_bin(folder / "train.bin", 2, 1, 100),
+        _read_cifar_bin(folder / "test.bin", 2, 1, 100),
         100,
         (0.5071, 0.4865, 0.4409),
         (0.2673, 0.2564, 0.2762),
         "crop_flip",
     )
+
+
+_SVHN_COUNTS = {"train_32x32.mat": 73257, "test_32x32.mat": 26032}
 
 
 def load_svhn(root: Path, download: bool) -> DatasetBundle:
@@ -307,39 +391,64 @@ def load_svhn(root: Path, download: bool) -> DatasetBundle:
     out = []
     for split in ("train", "test"):
         path = folder / f"{split}_32x32.mat"
-        if f"SVHN/{path.name}" in PAYLOAD_MD5 and path.stat().st_size > 50_000_000:
-            verify_md5(path, PAYLOAD_MD5[f"SVHN/{path.name}"])
         try:
-            mat = loadmat(str(path))
-            x, y = mat["X"], mat["y"]
+            mat = loadmat(str(path), variable_names=("X", "y"))
+            x, y = np.asarray(mat["X"]), np.asarray(mat["y"])
         except Exception as exc:  # noqa: BLE001 - any parse failure means a bad file
-            raise DataError(
-                f"{path} is corrupted or truncated ({exc}); delete it and place a fresh copy"
-            ) from exc
+            raise DataError(f"{path} is corrupted or truncated ({exc}); {_FIX}") from exc
+        if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.size == 0:
+            raise DataError(f"{path} holds X of shape {x.shape}, expected 32x32x3xN; {_FIX}")
+        if y.size != x.shape[3]:
+            raise DataError(f"{path} holds {x.shape[3]} images but {y.size} labels; {_FIX}")
+        # The full official file must match its published MD5 (subsets are checked by shape).
+        if y.size == _SVHN_COUNTS[path.name]:
+            verify_md5(path, PAYLOAD_MD5[f"SVHN/{path.name}"])
         x = np.ascontiguousarray(np.asarray(x, dtype=np.uint8).transpose(3, 2, 0, 1))
-        y = np.asarray(y, dtype=np.int64).reshape(-1) % 10  # label 10 is the digit 0
-        out.append((x, y))
+        y = np.asarray(y, dtype=np.int64).reshape(-1)
+        if y.size and (y.min() < 1 or y.max() > 10):
+            raise DataError(f"{path} holds labels outside 1..10; {_FIX}")
+        out.append((x, y % 10))  # label 10 is the digit 0
     return _bundle(
         "svhn", out[0], out[1], 10, (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970), "crop"
     )
 
 
 def _read_images(paths: list[Path], size: int) -> np.ndarray:
+    """Decode image files with Pillow into ``uint8 [N, 3, size, size]`` (converted to RGB).
+
+    Decoding runs on a few threads (Pillow releases the GIL while decoding); an unreadable
+    image or one of another size raises :class:`DataError` naming it.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from PIL import Image
 
     out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
-    for i, p in enumerate(paths):
+
+    def decode(i: int) -> None:
+        p = paths[i]
         try:
             with Image.open(p) as img:
                 arr = np.asarray(img.convert("RGB"), dtype=np.uint8)
         except Exception as exc:  # noqa: BLE001 - any decode failure means a bad file
-            raise DataError(
-                f"{p} cannot be read as an image ({exc}); delete it and place a fresh copy"
-            ) from exc
+            raise DataError(f"{p} cannot be read as an image ({exc}); {_FIX}") from exc
         if arr.shape[:2] != (size, size):
-            raise DataError(f"{p} is {arr.shape[1]}x{arr.shape[0]}, expected {size}x{size}")
+            raise DataError(f"{p} is {arr.shape[1]}x{arr.shape[0]}, expected {size}x{size}; {_FIX}")
         out[i] = arr.transpose(2, 0, 1)
+
+    workers = min(8, os.cpu_count() or 1)
+    if len(paths) < 512 or workers < 2:
+        for i in range(len(paths)):
+            decode(i)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            for _ in pool.map(decode, range(len(paths)), chunksize=256):
+                pass
     return out
+
+
+def _list_images(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
 
 
 CINIC_CLASSES = (
@@ -358,19 +467,43 @@ CINIC_CLASSES = (
 
 def load_cinic10(root: Path, download: bool) -> DatasetBundle:
     folder = root / "CINIC-10"
+    splits = ("train", "valid", "test")
+
+    def unnest() -> None:  # an archive with a top-level CINIC-10/ folder of its own
+        inner = folder / "CINIC-10"
+        for s in splits:
+            if (inner / s).is_dir() and not (folder / s).exists():
+                (inner / s).replace(folder / s)
+
+    if not (folder / "train").is_dir():
+        unnest()
     _ensure(
         "cinic10",
         folder,
-        [f"{s}/{c}" for s in ("train", "valid", "test") for c in CINIC_CLASSES[:1]],
+        [f"{s}/" for s in splits],
         download,
         archive_dir=folder,
+        after_download=unnest,
     )
+    classes = sorted(d.name for d in (folder / "train").iterdir() if d.is_dir())
+    if not classes:
+        raise DataError(
+            f"{folder / 'train'} has no class folders; place the CINIC-10 images there "
+            f"({', '.join(CINIC_CLASSES)})"
+        )
+    for s in splits[1:]:
+        other = sorted(d.name for d in (folder / s).iterdir() if d.is_dir())
+        if other != classes:
+            raise DataError(
+                f"{folder / s} has class folders {', '.join(other) or '(none)'} but "
+                f"{folder / 'train'} has {', '.join(classes)}; the copy is incomplete"
+            )
 
     def split(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         paths, labels = [], []
         for name in names:
-            for k, cls in enumerate(CINIC_CLASSES):
-                files = sorted((folder / name / cls).glob("*.png"))
+            for k, cls in enumerate(classes):
+                files = _list_images(folder / name / cls, (".png",))
                 paths += files
                 labels += [k] * len(files)
         return _read_images(paths, 32), np.asarray(labels, dtype=np.int64)
@@ -379,7 +512,7 @@ def load_cinic10(root: Path, download: bool) -> DatasetBundle:
         "cinic10",
         split(("train", "valid")),
         split(("test",)),
-        10,
+        len(classes),
         (0.47889522, 0.47227842, 0.43047404),
         (0.24205776, 0.23828046, 0.25874835),
         "crop_flip",
@@ -389,22 +522,41 @@ def load_cinic10(root: Path, download: bool) -> DatasetBundle:
 def load_tinyimagenet(root: Path, download: bool) -> DatasetBundle:
     folder = root / "tiny-imagenet-200"
     _ensure(
-        "tinyimagenet", folder, ["wnids.txt", "val/val_annotations.txt"], download, archive_dir=root
+        "tinyimagenet",
+        folder,
+        ["wnids.txt", "train/", "val/images/", "val/val_annotations.txt"],
+        download,
+        archive_dir=root,
     )
     wnids = [w.strip() for w in (folder / "wnids.txt").read_text().split() if w.strip()]
-    index = {w: i for i, w in enumerate(wnids)}
+    if not wnids:
+        raise DataError(f"{folder / 'wnids.txt'} lists no classes; {_FIX}")
+    index = {w: i for i, w in enumerate(wnids)}  # classes in the order of wnids.txt
     paths, labels = [], []
     for w in wnids:
-        files = sorted((folder / "train" / w / "images").glob("*.JPEG"))
+        class_dir = folder / "train" / w / "images"
+        if not class_dir.is_dir():
+            raise DataError(
+                f"{class_dir} is missing (class {w} of wnids.txt); the copy is incomplete: "
+                "place the whole tiny-imagenet-200 folder again"
+            )
+        files = _list_images(class_dir, (".jpeg", ".jpg"))
         paths += files
         labels += [index[w]] * len(files)
     train = (_read_images(paths, 64), np.asarray(labels, dtype=np.int64))
     vpaths, vlabels = [], []
-    for line in (folder / "val" / "val_annotations.txt").read_text().splitlines():
+    annotations = folder / "val" / "val_annotations.txt"
+    for lineno, line in enumerate(annotations.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
         parts = line.split("\t")
-        if len(parts) >= 2 and parts[1] in index:
-            vpaths.append(folder / "val" / "images" / parts[0])
-            vlabels.append(index[parts[1]])
+        if len(parts) < 2 or parts[1] not in index:
+            raise DataError(
+                f"{annotations} line {lineno} is malformed or names a class not in wnids.txt; "
+                f"{_FIX}"
+            )
+        vpaths.append(folder / "val" / "images" / parts[0])
+        vlabels.append(index[parts[1]])
     test = (_read_images(vpaths, 64), np.asarray(vlabels, dtype=np.int64))
     return _bundle(
         "tinyimagenet",
@@ -427,26 +579,38 @@ def _load_medmnist(name: str, root: Path, download: bool) -> DatasetBundle:
         path = root / f"{name}.npz"
     _ensure(name, path.parent, [path.name], download)
     try:
-        with np.load(path) as npz:
+        with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except Exception as exc:  # noqa: BLE001 - zip/npy decoding failures
-        raise DataError(
-            f"{path} is corrupted or truncated ({exc}); delete it and place a fresh copy"
-        ) from exc
+        raise DataError(f"{path} is corrupted or truncated ({exc}); {_FIX}") from exc
     need = [f"{s}_{k}" for s in ("train", "val", "test") for k in ("images", "labels")]
     absent = [k for k in need if k not in arrays]
     if absent:
         raise DataError(f"{path} lacks arrays {', '.join(absent)}; it is not a MedMNIST file")
+    want = (28, 28, 3) if channels == 3 else (28, 28)
 
-    def images(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.uint8)
-        return x.transpose(0, 3, 1, 2) if x.ndim == 4 else x
+    def images(key: str) -> np.ndarray:
+        x = arrays[key]
+        if x.shape[1:] != want or x.dtype != np.uint8:
+            raise DataError(
+                f"{path}: {key} has shape {x.shape} ({x.dtype}), expected "
+                f"N x {' x '.join(map(str, want))} uint8 (the 28x28 {name}.npz); {_FIX}"
+            )
+        return x.transpose(0, 3, 1, 2) if x.ndim == 4 else x  # HWC -> CHW
 
+    def labels(key: str, n: int) -> np.ndarray:
+        y = arrays[key]
+        if y.size != n:
+            raise DataError(f"{path}: {key} has {y.size} labels for {n} images; {_FIX}")
+        return _check_labels(y, num_classes, path)
+
+    parts = {s: images(f"{s}_images") for s in ("train", "val", "test")}
+    ys = {s: labels(f"{s}_labels", len(parts[s])) for s in parts}
     train = (
-        np.concatenate([images(arrays["train_images"]), images(arrays["val_images"])]),
-        np.concatenate([arrays["train_labels"], arrays["val_labels"]]).reshape(-1),
+        np.concatenate([parts["train"], parts["val"]]),
+        np.concatenate([ys["train"], ys["val"]]),
     )
-    test = (images(arrays["test_images"]), arrays["test_labels"].reshape(-1))
+    test = (parts["test"], ys["test"])
     return _bundle(name, train, test, num_classes, (0.5,) * channels, (0.5,) * channels, "none")
 
 
@@ -462,6 +626,17 @@ def load_digits(root: Path, download: bool) -> DatasetBundle:
     )
 
 
+def _int_option(key: str, value: Any, low: int) -> int:
+    """``value`` as an int >= ``low`` (integral floats and digit strings accepted)."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"dataset.{key}", f"expected an integer >= {low}, got {value!r}")
+    return value
+
+
 def load_synthetic(
     root: Path,
     download: bool,
@@ -471,17 +646,23 @@ def load_synthetic(
     seed: int = 0,
     noise: float = 1.0,
 ) -> DatasetBundle:
-    """Gaussian features labelled by a random softmax teacher (with ``noise`` on the logits).
+    """Gaussian features labelled by a random linear teacher (with ``noise`` on the logits).
 
-    ``num_samples`` are generated for training and ``num_samples // 5`` more for the test split.
+    ``x ~ N(0, I_D)``; a teacher ``W ~ N(0, 1/D)`` of shape ``[D, K]`` gives logits
+    ``4 x W + noise * N(0, 1)`` and the label is their argmax. ``num_samples`` are generated
+    for training and ``num_samples // 5`` more for the test split (1/6 of all samples). The
+    same options give the same data (``torch.Generator`` seeded with ``seed``).
     """
-    for key, value, low in (
-        ("num_samples", num_samples, 10),
-        ("num_features", num_features, 1),
-        ("num_classes", num_classes, 2),
-    ):
-        if not isinstance(value, int) or value < low:
-            raise ConfigError(f"dataset.{key}", f"expected an integer >= {low}, got {value!r}")
+    num_samples = _int_option("num_samples", num_samples, 10)
+    num_features = _int_option("num_features", num_features, 1)
+    num_classes = _int_option("num_classes", num_classes, 2)
+    seed = _int_option("seed", seed, 0)
+    try:
+        noise = float(noise)
+    except (TypeError, ValueError):
+        raise ConfigError("dataset.noise", f"expected a number, got {noise!r}") from None
+    if not math.isfinite(noise) or noise < 0:
+        raise ConfigError("dataset.noise", f"expected a finite number >= 0, got {noise!r}")
     g = torch.Generator().manual_seed(int(seed))
     n = num_samples + num_samples // 5
     x = torch.randn(n, num_features, generator=g)
@@ -530,7 +711,15 @@ DATASETS: dict[str, DatasetInfo] = {
         "EMNIST (byclass 62, balanced 47, letters 26, digits 10 classes), 1x28x28",
         47,
         (1, 28, 28),
-        ("emnist-<split>-{train,test}-{images-idx3,labels-idx1}-ubyte.gz",),
+        tuple(
+            f"emnist-<split>-{p}-ubyte.gz"
+            for p in (
+                "train-images-idx3",
+                "train-labels-idx1",
+                "test-images-idx3",
+                "test-labels-idx1",
+            )
+        ),
         {"split": "byclass, balanced (default), letters or digits"},
         False,
         "EMNIST/raw",
@@ -540,7 +729,7 @@ DATASETS: dict[str, DatasetInfo] = {
         "CIFAR-10 (binary version), 50k+10k, 3x32x32",
         10,
         (3, 32, 32),
-        ("data_batch_1.bin", "...", "data_batch_5.bin", "test_batch.bin"),
+        tuple(f"data_batch_{i}.bin" for i in range(1, 6)) + ("test_batch.bin",),
         {},
         False,
         "cifar-10-batches-bin",
@@ -570,7 +759,7 @@ DATASETS: dict[str, DatasetInfo] = {
         "CINIC-10 PNG folders (train+valid as train), 3x32x32",
         10,
         (3, 32, 32),
-        ("{train,valid,test}/<class>/*.png",),
+        ("train/<class>/*.png", "valid/<class>/*.png", "test/<class>/*.png"),
         {},
         False,
         "CINIC-10",
