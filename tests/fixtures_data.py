@@ -22,20 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpart.data.sources import CINIC_CLASSES, EMNIST_SPLITS
+
 Split = tuple[np.ndarray, np.ndarray]
 
-CINIC_CLASSES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
 TINY_WNIDS = ("n01443537", "n01629819", "n01641577")
 
 
@@ -138,7 +128,7 @@ def write_fmnist_fixture(
     return write_idx_fixture(target, n_train, n_test, gz=gz, seed=seed)
 
 
-EMNIST_CLASSES = {"byclass": 62, "balanced": 47, "letters": 26, "digits": 10}
+EMNIST_CLASSES = EMNIST_SPLITS
 
 
 def write_emnist_fixture(
