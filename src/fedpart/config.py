@@ -94,14 +94,24 @@ class FederationConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     drop_last: bool = False
+    local_epochs_groups: list[int] = field(default_factory=list)
 
 
 @dataclass
 class TopologyConfig:
-    """The communication graph. ``auto`` lets the method choose (a server for centralized methods)."""
+    """The communication graph. ``auto`` lets the method choose (a server for centralized methods).
+
+    Decentralized graphs (``fedpart list topologies``) use ``neighbors`` as their degree k
+    (0: the method's default, at most ``num_clients - 1``);
+    ``time_varying`` draws a new graph every round; ``weights`` picks the mixing weights
+    (``auto``: the method's own); ``drop_prob`` makes every link fail independently with that
+    probability in every round (an unreliable network).
+    """
 
     name: str = "auto"
-    neighbors: int = 10
+    neighbors: int = 0
+    time_varying: bool = True
+    weights: str = "auto"
     drop_prob: float = 0.0
 
 
@@ -404,8 +414,27 @@ def validate(cfg: Config) -> None:
     _range("federation.momentum", f.momentum, 0.0, 1.0)
     _range("federation.weight_decay", f.weight_decay, 0.0)
 
-    _choice("topology.name", cfg.topology.name, ("auto", "server"), "topology")
-    _range("topology.neighbors", cfg.topology.neighbors, 1)
+    from fedpart.topology import TOPOLOGIES, WEIGHTS
+
+    for g in f.local_epochs_groups:
+        _range("federation.local_epochs_groups", g, 0)
+    if len(f.local_epochs_groups) > p.num_clients:
+        raise ConfigError("federation.local_epochs_groups", "more groups than clients")
+    _choice("topology.name", cfg.topology.name, ("auto", "server", *TOPOLOGIES), "topology")
+    _choice("topology.weights", cfg.topology.weights, ("auto", *WEIGHTS), "mixing weights")
+    setting = algo_cls.setting
+    if setting == "decentralized" and cfg.topology.name == "server":
+        raise ConfigError(
+            "topology.name",
+            f"{cfg.algorithm.name} is decentralized and has no server; choose one of: auto, "
+            + ", ".join(TOPOLOGIES),
+        )
+    if setting != "decentralized" and cfg.topology.name not in ("auto", "server"):
+        raise ConfigError(
+            "topology.name",
+            f"{cfg.algorithm.name} is a {setting} method; it runs with topology.name=auto or server",
+        )
+    _range("topology.neighbors", cfg.topology.neighbors, 0)
     _range("topology.drop_prob", cfg.topology.drop_prob, 0.0, 1.0)
 
     _choice("engine.backend", cfg.engine.backend, BACKENDS, "backend")

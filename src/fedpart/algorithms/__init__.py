@@ -1,6 +1,9 @@
 """Methods, one file each, registered by name in :data:`ALGORITHMS`."""
 
 from fedpart.algorithms import (  # noqa: F401 - registration
+    dfedavg,
+    dfedavgm,
+    dfedpgp,
     ditto,
     fedavg,
     fedper,
@@ -10,6 +13,7 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     fedseqlayer,
     lgfedavg,
     local,
+    osgp,
 )
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import ALGORITHMS, register

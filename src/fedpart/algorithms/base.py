@@ -85,6 +85,10 @@ class Algorithm:
         """Blocks that never leave their client."""
         return set()
 
+    def stored_blocks(self) -> set[str]:
+        """Blocks the state store keeps per client (the personal ones; all for decentralized)."""
+        return self.personal_blocks()
+
     def frozen_blocks(self, rnd: int) -> set[str]:
         """Blocks neither trained nor sent in round ``rnd`` (they keep their current values)."""
         return set()

@@ -16,6 +16,7 @@ from fedpart.config import Config, dump_config
 from fedpart.data.sources import load_dataset
 from fedpart.engine.cost import MacCounter
 from fedpart.engine.data import FederatedData, build_federated_data
+from fedpart.engine.decentralized import Exchange
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.seeding import numpy_rng, seed_for
@@ -23,6 +24,7 @@ from fedpart.engine.store import ClientStateStore
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
 from fedpart.errors import FedpartError
 from fedpart.models import BlockModel, build_model
+from fedpart.topology import Topology, build_topology
 from fedpart.tracking.run_dir import RunDir, summarize
 
 CHECKPOINT_FORMAT = 1
@@ -94,8 +96,12 @@ class Simulation:
         self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
         self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = ClientStateStore(
-            self.model, self.model.state_dict(), self.algorithm.personal_blocks()
+            self.model, self.model.state_dict(), self.algorithm.stored_blocks()
         )
+        self.topology: Topology | None = None
+        if self.algorithm.setting == "decentralized":
+            self.topology = build_topology(cfg, data.num_clients, self.algorithm.default_topology)
+        self.exchange: Exchange | None = None
         self.algorithm.setup()
         self.rounds_completed = 0
         self.finished = False
@@ -107,14 +113,22 @@ class Simulation:
         self.run_dir = RunDir(run_dir) if run_dir is not None else None
 
     # ------------------------------------------------------------ the round
-    def train_settings(self, rnd: int) -> TrainSettings:
+    def local_epochs(self, client: int | None) -> int:
+        """``federation.local_epochs``, or the client's group's under ``local_epochs_groups``."""
+        f = self.cfg.federation
+        if client is None or not f.local_epochs_groups:
+            return f.local_epochs
+        groups = f.local_epochs_groups
+        return groups[client * len(groups) // self.data.num_clients]
+
+    def train_settings(self, rnd: int, client: int | None = None) -> TrainSettings:
         f = self.cfg.federation
         return TrainSettings(
             lr=f.lr * f.lr_decay**rnd,
             momentum=f.momentum,
             weight_decay=f.weight_decay,
             batch_size=f.batch_size,
-            local_epochs=f.local_epochs,
+            local_epochs=self.local_epochs(client),
             drop_last=f.drop_last,
             seed=self.cfg.seed,
         )
@@ -136,7 +150,7 @@ class Simulation:
             self.data,
             client,
             rnd,
-            self.train_settings(rnd),
+            self.train_settings(rnd, client),
             algo.frozen_blocks(rnd) if frozen is None else frozen,
         )
 
@@ -154,25 +168,20 @@ class Simulation:
             for c in range(self.data.num_clients)
         }
 
-    def run_round(self, rnd: int) -> dict[str, Any]:
-        """Sample, train, upload, aggregate. Returns the round's accounting."""
+    def train_clients(
+        self, rnd: int, clients: list[int]
+    ) -> tuple[dict[int, TrainResult], dict[str, Any]]:
+        """Every listed client's local update (the method's ``local_update``), its personal
+        tensors kept in the store, and the round's training accounting."""
         algo = self.algorithm
-        cfg = self.cfg
-        participants = sample_clients(
-            cfg.seed, rnd, self.data.num_clients, cfg.federation.join_ratio
-        )
-        down_keys = algo.download_keys(rnd)
-        down_each = tensor_bytes({k: self.store.global_state[k] for k in down_keys})
-        uploads: dict[int, dict[str, torch.Tensor]] = {}
-        weights: dict[int, float] = {}
-        up_bytes = 0
+        results: dict[int, TrainResult] = {}
         loss_sum = 0.0
         samples = 0
         proxy = 0
         macs = 0.0
         trainable = 0
         numel = {k: p.numel() for k, p in self.model.named_parameters()}
-        for client in participants:
+        for client in clients:
             result = algo.local_update(rnd, client)
             trained: set[str] = set()
             for keys, steps, phase_samples in result.phases:
@@ -181,22 +190,59 @@ class Simulation:
                 macs += self.macs.per_sample(result.state, keys) * phase_samples
             trainable = max(trainable, sum(numel[k] for k in trained))
             self.store.set_personal(client, result.state)
-            sent = algo.upload(rnd, client, result.state)
-            up_bytes += tensor_bytes(sent)
-            uploads[client] = sent
-            weights[client] = float(self.data.clients[client].num_train)
+            results[client] = result
             loss_sum += result.loss * result.samples
             samples += result.samples
-        algo.aggregate(rnd, uploads, weights)
-        return {
-            "participants": len(participants),
+        stats = {
+            "participants": len(clients),
             "train_loss": loss_sum / samples if samples else None,
             "trainable_params": int(trainable),
             "compute_proxy": int(proxy),
             "train_macs": int(macs),
+        }
+        return results, stats
+
+    def run_round(self, rnd: int) -> dict[str, Any]:
+        """One round: the server round (sample, train, upload, aggregate) or, for decentralized
+        methods, every client trains and exchanges along the round's graph."""
+        if self.topology is not None:
+            return self.decentralized_round(rnd)
+        algo = self.algorithm
+        cfg = self.cfg
+        participants = sample_clients(
+            cfg.seed, rnd, self.data.num_clients, cfg.federation.join_ratio
+        )
+        down_keys = algo.download_keys(rnd)
+        down_each = tensor_bytes({k: self.store.global_state[k] for k in down_keys})
+        results, stats = self.train_clients(rnd, participants)
+        uploads: dict[int, dict[str, torch.Tensor]] = {}
+        weights: dict[int, float] = {}
+        up_bytes = 0
+        for client, result in results.items():
+            sent = algo.upload(rnd, client, result.state)
+            up_bytes += tensor_bytes(sent)
+            uploads[client] = sent
+            weights[client] = float(self.data.clients[client].num_train)
+        algo.aggregate(rnd, uploads, weights)
+        return {
+            **stats,
             "up_bytes": int(up_bytes),
             "down_bytes": int(down_each * len(participants)),
         }
+
+    def decentralized_round(self, rnd: int) -> dict[str, Any]:
+        """Every client trains; the method's ``communicate`` mixes along the round's graph
+        (before training when the method's algorithm box aggregates first)."""
+        assert self.topology is not None
+        algo = self.algorithm
+        graph = self.topology.graph(rnd)
+        self.exchange = Exchange(self.data.num_clients)
+        if algo.mix_first:
+            algo.communicate(rnd, graph)
+        _, stats = self.train_clients(rnd, list(range(self.data.num_clients)))
+        if not algo.mix_first:
+            algo.communicate(rnd, graph)
+        return {**stats, **self.exchange.row()}
 
     # ------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, Any]:

@@ -1,0 +1,118 @@
+"""The base of decentralized methods: no server, every client holds its whole model.
+
+A decentralized method states, like a centralized one, its personal blocks and its local recipe,
+plus its graph (``default_topology``), its mixing weights (``mixing``) and whether it mixes
+before or after local training (``mix_first``). The default :meth:`communicate` is gossip:
+every client averages the shared blocks of itself and its in-neighbours with the round's mixing
+matrix; personal blocks never leave their client.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from fedpart.algorithms.base import Algorithm, State
+from fedpart.engine.decentralized import gossip, keys_bytes
+from fedpart.topology import Graph
+
+
+class Decentralized(Algorithm):
+    """Gossip over the shared blocks (DFedAvgM's communication); subclasses refine it.
+
+    ``default_topology``: the graph used under ``topology.name=auto`` (``name`` and the
+    ``neighbors`` used when ``topology.neighbors=0``). ``mixing``: the mixing weights under
+    ``topology.weights=auto``.
+    """
+
+    setting = "decentralized"
+    has_global_model = False
+    default_topology: ClassVar[dict[str, Any]] = {"name": "kregular", "neighbors": 10}
+    mixing: ClassVar[str] = "metropolis"
+    mix_first: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ state
+    def stored_blocks(self) -> set[str]:
+        return set(self.sim.model.block_names)
+
+    def shared_keys(self) -> list[str]:
+        """State keys that travel (every key outside the personal blocks)."""
+        personal = self.personal_blocks()
+        model = self.sim.model
+        return [k for k in self.sim.store.keys if model.block_of(k) not in personal]
+
+    def states(self) -> list[State]:
+        """Every client's current model (a snapshot: the dicts are fresh, tensors shared)."""
+        store = self.sim.store
+        return [store.client_state(c) for c in range(self.sim.data.num_clients)]
+
+    def set_states(self, states: list[State]) -> None:
+        for c, state in enumerate(states):
+            self.sim.store.set_personal(c, state)
+
+    def client_sizes(self) -> list[int]:
+        return [c.num_train for c in self.sim.data.clients]
+
+    def mixing_weights(self, graph: Graph) -> torch.Tensor:
+        """``W[receiver, sender]`` of this round (``topology.weights`` or the method's own)."""
+        kind = self.sim.cfg.topology.weights
+        kind = self.mixing if kind == "auto" else kind
+        return graph.weights(kind, sizes=self.client_sizes())
+
+    # ------------------------------------------------------------ the exchange
+    def communicate(self, rnd: int, graph: Graph) -> None:
+        """Gossip: ``x_i ← Σ_j W[i, j] x_j`` over the shared keys, counted per directed edge."""
+        states = self.states()
+        keys = self.shared_keys()
+        weights = self.mixing_weights(graph)
+        self.sim.exchange.send_along(weights, keys_bytes(states[0], keys))
+        self.set_states(gossip(states, weights, keys))
+
+    # -------------------------------------------------------- unused server hooks
+    def upload(self, rnd: int, client: int, state: State) -> State:
+        return {}
+
+    def download_keys(self, rnd: int) -> list[str]:
+        return []
+
+    def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        return None
+
+
+class PushSum(Decentralized):
+    """Push-sum over a directed graph (stochastic gradient push), on de-biased models.
+
+    Each client keeps ``z_i = u_i / μ_i`` in the store and its push-sum weight ``μ_i`` (1 at
+    the start). Local steps take gradients at ``z`` and step on ``u = μ z``, which is SGD on ``z``
+    with the learning rate divided by ``μ_i`` (fixed within the round). Then every client pushes
+    ``p_{j,i} u_i`` and ``p_{j,i} μ_i`` to its out-neighbours and itself, with column-stochastic
+    ``p_{j,i} = 1 / (1 + outdeg_i)``, and de-biases what it received: ``z = Σ p u / Σ p μ``.
+    """
+
+    default_topology: ClassVar[dict[str, Any]] = {"name": "kout", "neighbors": 10}
+    mixing: ClassVar[str] = "push"
+
+    def setup(self) -> None:
+        self.mu = torch.ones(self.sim.data.num_clients, dtype=torch.float64)
+
+    def step_scale(self, client: int) -> float:
+        """The factor ``1 / μ_i`` on the learning rate of steps taken on the biased ``u_i``."""
+        return float(1.0 / self.mu[client])
+
+    def communicate(self, rnd: int, graph: Graph) -> None:
+        from fedpart.engine.decentralized import push_sum
+
+        states = self.states()
+        keys = self.shared_keys()
+        weights = self.mixing_weights(graph)
+        mu_bytes = self.mu.element_size()
+        self.sim.exchange.send_along(weights, keys_bytes(states[0], keys) + mu_bytes)
+        new_states, self.mu = push_sum(states, self.mu, weights, keys)
+        self.set_states(new_states)
+
+    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return {"push_sum_weights": self.mu.clone()}, {}
+
+    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        self.mu = tensors["push_sum_weights"].to(torch.float64).cpu()

@@ -1,0 +1,409 @@
+"""Batched local training: many clients trained as one ``torch.func`` computation.
+
+:func:`train_clients_batched` gives the same results as calling the sequential reference
+:func:`fedpart.engine.training.train_client` once per client, up to floating-point rounding
+(a batched matrix product or grouped convolution sums in another order than the per-client
+one). Every client's tensors are stacked along a new leading dimension ``[n_clients, ...]``;
+one step of all clients is ``vmap(grad(loss))`` over ``functional_call(model, ...)``, followed
+by the SGD update of :mod:`fedpart.engine.training` written as fused ``torch._foreach`` ops on
+the stacked tensors (``d = g + wd·p``; ``b = d`` on a phase's first step, else
+``b = momentum·b + d``; ``p ← p − lr·lr_scale·b``).
+
+Design choices
+--------------
+* **Same batches.** Each client draws its batches exactly as the sequential code does: per
+  phase and epoch the generators ``torch_generator(seed, "batches"|"augment", rnd, client,
+  phase, epoch)``, the positions of :func:`~fedpart.engine.training.batch_slices`, and one
+  ``data.batch(..., train=True, generator=augment)`` call per step, in the client's step order,
+  so augmentation draws match. The per-client batches of a step are then stacked.
+* **Ragged clients by masking.** Clients have different numbers of steps (different dataset
+  sizes) and a smaller last batch per epoch. Each client's steps of a phase are numbered
+  ``0..T_c-1`` across its epochs and all clients run step ``t`` together.
+
+  - *Clients without step* ``t`` are masked out of the update entirely: their parameters and
+    momentum buffers are not touched. The mask is implemented at no cost by ordering the clients
+    by their number of steps per epoch (longest first): the clients still training at step
+    ``t`` are then always a prefix ``[:k_t]`` of the stacked tensors, and the step computes and
+    updates only that prefix (in place, on views).
+  - *Smaller batches* are padded to the longest batch of the step with zero inputs and a
+    per-sample weight (1 real, 0 padding); the default task loss
+    (:func:`~fedpart.engine.recipe.cross_entropy`) is then the weighted mean of the per-sample
+    cross-entropies over the real samples, whose gradient equals the sequential mean-loss
+    gradient. When all batches of a step have the same length (the usual case) nothing is
+    padded and ``recipe.criterion`` is called as in the sequential code.
+  - A custom ``recipe.criterion`` or a ``recipe.objective`` cannot take sample weights: on a
+    step whose batches differ in length the clients are *grouped by batch length* and each
+    group runs its own ``vmap(grad(...))`` on its unpadded batches (the gradients are scattered
+    back into the step's stacked gradients). So custom criteria and objectives are supported
+    exactly; they only cost one extra call per distinct batch length on ragged steps.
+* **Loss terms and objectives run inside** ``vmap``: ``LossTerm.fn`` and ``recipe.objective``
+  receive one client's dict of tensors, so they must be written with torch operations only (as
+  :class:`~fedpart.engine.recipe.LossTerm` already requires) and must not call ``.item()`` or
+  branch on tensor values.
+* **Loss logging** is the sequential one: per real step ``loss_sum += float(loss) · len(y)``
+  (accumulated in Python, in step order), the mean over the client's samples, and a
+  :class:`~fedpart.errors.TrainingError` for the first client (in the given order) whose mean
+  loss is not finite.
+* ``chunk`` bounds memory: clients are trained in groups of at most ``chunk`` (after the
+  longest-first ordering, so a group holds clients of similar sizes).
+
+What cannot be batched (see :func:`can_batch`): models with buffers (BatchNorm running
+statistics — their functional update under ``vmap`` would change semantics) or with dropout
+(random draws from the global generator cannot match the sequential ones), and groups whose
+recipes are not one object or equal (same phases, the same loss-term functions, the same
+criterion and objective).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+from torch.nn.utils.rnn import pad_sequence
+
+from fedpart.engine.data import FederatedData
+from fedpart.engine.recipe import Phase, Recipe, cross_entropy
+from fedpart.engine.seeding import torch_generator
+from fedpart.engine.training import TrainResult, TrainSettings, batch_slices, trainable_keys
+from fedpart.errors import TrainingError
+from fedpart.models import BlockModel
+
+__all__ = ["can_batch", "train_clients_batched"]
+
+State = dict[str, Tensor]
+
+
+# --------------------------------------------------------------------------------- eligibility
+def can_batch(model: nn.Module, recipes: list[Recipe]) -> str | None:
+    """Whether clients with these recipes can be trained together by :func:`train_clients_batched`.
+
+    Returns ``None`` when they can, otherwise a one-line reason (for a log message) why the
+    group must be trained sequentially: the model has buffers (e.g. BatchNorm running
+    statistics) or dropout, or the recipes are not all the same object or equal.
+    """
+    buffers = [k for k, _ in model.named_buffers()]
+    if buffers:
+        shown = ", ".join(buffers[:3]) + (", ..." if len(buffers) > 3 else "")
+        return (
+            f"model {type(model).__name__} has buffers ({shown}), e.g. BatchNorm running "
+            "statistics, which batched functional training would not update as the sequential "
+            "backend does"
+        )
+    dropout = [n for n, m in model.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
+    if dropout:
+        return (
+            f"model {type(model).__name__} has dropout ({dropout[0]}), whose random draws "
+            "cannot match the sequential backend's"
+        )
+    if recipes:
+        first = recipes[0]
+        for i, other in enumerate(recipes[1:], start=1):
+            if other is first:
+                continue
+            try:
+                same = bool(other == first)
+            except Exception:  # noqa: BLE001 - an uncomparable field means "not equal"
+                same = False
+            if not same:
+                return (
+                    f"recipe {i} differs from recipe 0: clients are batched only when their "
+                    "recipes are the same object or equal (same phases, loss-term functions, "
+                    "criterion and objective)"
+                )
+    return None
+
+
+# --------------------------------------------------------------------------------- helpers
+def _steps_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
+    """The number of batches :func:`batch_slices` makes of ``n`` samples."""
+    if n == 0:
+        return 0
+    if drop_last and n >= batch_size:
+        return n // batch_size
+    return math.ceil(n / batch_size)
+
+
+def _samples_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
+    """The number of samples :func:`batch_slices` uses of ``n`` samples in one epoch."""
+    if drop_last and n >= batch_size:
+        return (n // batch_size) * batch_size
+    return n
+
+
+def _client_batches(
+    data: FederatedData,
+    client: int,
+    rnd: int,
+    phase_no: int,
+    epochs: int,
+    settings: TrainSettings,
+    device: torch.device,
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """A client's batches of one phase, all epochs in order, drawn as ``train_client`` does."""
+    train_idx = data.clients[client].train
+    n = int(train_idx.numel())
+    for epoch in range(epochs):
+        order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
+        augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
+        for positions in batch_slices(n, settings.batch_size, settings.drop_last, order):
+            x, y = data.batch(train_idx[positions], train=True, generator=augment)
+            yield x.to(device), y.to(device)
+
+
+def _make_step(
+    model: BlockModel,
+    recipe: Recipe,
+    phase: Phase,
+    key_order: list[str],
+    weighted: bool,
+) -> Callable[..., tuple[State, Tensor]]:
+    """``vmap(grad(loss))`` of one phase: ``(train, other, x, y[, w]) -> (grads, losses)``."""
+    objective = recipe.objective
+    criterion = recipe.criterion
+    terms = phase.loss_terms
+
+    def loss_fn(
+        train: State, other: State, x: Tensor, y: Tensor, w: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        current = {k: train[k] if k in train else other[k] for k in key_order}
+        if objective is not None:
+            loss = objective(model, current, x, y)
+        elif w is not None:
+            logits = functional_call(model, current, (x,))
+            per_sample = F.cross_entropy(logits, y, reduction="none")
+            loss = (per_sample * w).sum() / w.sum()
+        else:
+            loss = criterion(functional_call(model, current, (x,)), y)
+        for term in terms:
+            loss = loss + term.weight * term.fn(current)
+        return loss, loss.detach()
+
+    in_dims: tuple[Any, ...] = (0, 0, 0, 0, 0) if weighted else (0, 0, 0, 0)
+    return vmap(grad(loss_fn, has_aux=True), in_dims=in_dims)
+
+
+# --------------------------------------------------------------------------------- training
+def train_clients_batched(
+    model: BlockModel,
+    starts: list[State],
+    recipe: Recipe,
+    data: FederatedData,
+    clients: list[int],
+    rnd: int,
+    settings: TrainSettings,
+    frozen: set[str] = frozenset(),
+    chunk: int | None = None,
+) -> list[TrainResult]:
+    """Train ``clients[i]`` from ``starts[i]`` (not modified) following ``recipe``, all at once.
+
+    The result equals ``[train_client(model, starts[i], recipe, data, clients[i], rnd,
+    settings, frozen) for i ...]`` up to floating-point rounding: the same states, mean losses,
+    sample and step counts and phase logs; a client whose mean loss is not finite raises the
+    same :class:`~fedpart.errors.TrainingError`. ``chunk`` trains at most that many clients at
+    a time to bound memory. Raises ``ValueError`` when :func:`can_batch` refuses the model.
+    """
+    if len(starts) != len(clients):
+        raise ValueError(f"{len(starts)} start states for {len(clients)} clients")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
+    reason = can_batch(model, [recipe])
+    if reason is not None:
+        raise ValueError(f"cannot train batched: {reason}")
+    model.train()
+
+    bs, drop_last = settings.batch_size, settings.drop_last
+    sizes = [data.clients[c].num_train for c in clients]
+    results: list[TrainResult | None] = [None] * len(clients)
+    for i, n in enumerate(sizes):
+        if n == 0:  # train_client skips every phase: the start state, no loss
+            results[i] = TrainResult(
+                {k: v.detach().clone() for k, v in starts[i].items()}, 0.0, 0, 0
+            )
+    # longest first (stable): the clients still training at any step are a prefix
+    order = sorted(
+        (i for i, n in enumerate(sizes) if n > 0),
+        key=lambda i: -_steps_per_epoch(sizes[i], bs, drop_last),
+    )
+    size = chunk or max(len(order), 1)
+    for lo in range(0, len(order), size):
+        group = order[lo : lo + size]
+        trained = _train_group(
+            model,
+            [starts[i] for i in group],
+            recipe,
+            data,
+            [clients[i] for i in group],
+            rnd,
+            settings,
+            frozen,
+        )
+        for i, res in zip(group, trained, strict=True):
+            results[i] = res
+
+    out: list[TrainResult] = []
+    for i, res in enumerate(results):
+        assert res is not None
+        if not math.isfinite(res.loss):
+            raise TrainingError(
+                f"training diverged: non-finite loss at round {rnd} on client {clients[i]}; "
+                "lower federation.lr (or raise the method's regularisation) and resume from "
+                "the last checkpoint"
+            )
+        out.append(res)
+    return out
+
+
+def _train_group(
+    model: BlockModel,
+    starts: list[State],
+    recipe: Recipe,
+    data: FederatedData,
+    clients: list[int],
+    rnd: int,
+    settings: TrainSettings,
+    frozen: set[str],
+) -> list[TrainResult]:
+    """Train clients (all with data, sorted by steps per epoch, longest first) together."""
+    key_order = list(starts[0])
+    for i, s in enumerate(starts[1:], start=1):
+        if list(s) != key_order:
+            raise ValueError(f"start state {i} has other keys than start state 0")
+    stacked = {k: torch.stack([s[k].detach() for s in starts]) for k in key_order}
+    device = next(iter(stacked.values())).device if stacked else torch.device("cpu")
+    n_clients = len(clients)
+    bs, drop_last = settings.batch_size, settings.drop_last
+    sizes = [data.clients[c].num_train for c in clients]
+    per_epoch = [_steps_per_epoch(n, bs, drop_last) for n in sizes]
+    wd, momentum = settings.weight_decay, settings.momentum
+    default_ce = recipe.objective is None and recipe.criterion is cross_entropy
+
+    step_losses: list[tuple[Tensor, list[int]]] = []  # per step: losses [k], batch lengths
+    logs: list[list[tuple[tuple[str, ...], int, int]]] = [[] for _ in clients]
+    all_blocks = set(model.block_names)
+    for phase_no, phase in enumerate(recipe.phases):
+        blocks = (all_blocks if phase.blocks is None else set(phase.blocks)) - set(frozen)
+        keys = trainable_keys(model, blocks)
+        epochs = settings.local_epochs if phase.epochs is None else phase.epochs
+        if not keys or epochs <= 0:
+            continue
+        missing = [k for k in keys if k not in stacked]
+        if missing:
+            raise KeyError(f"start states lack trained parameters {missing}")
+        lr = settings.lr * phase.lr_scale
+        totals = [epochs * s for s in per_epoch]  # non-increasing
+        plain_step = _make_step(model, recipe, phase, key_order, weighted=False)
+        weighted_step = _make_step(model, recipe, phase, key_order, weighted=True)
+        others = [k for k in key_order if k not in set(keys)]
+        batches = [
+            _client_batches(data, c, rnd, phase_no, epochs, settings, device) for c in clients
+        ]
+        bufs: list[Tensor] = []
+        active = n_clients
+        for t in range(totals[0]):
+            while totals[active - 1] <= t:
+                active -= 1
+            drawn = [next(batches[i]) for i in range(active)]
+            lengths = [len(y) for _, y in drawn]
+            train = {k: stacked[k][:active] for k in keys}
+            other = {k: stacked[k][:active] for k in others}
+            if min(lengths) == max(lengths):
+                x = torch.stack([x for x, _ in drawn])
+                y = torch.stack([y for _, y in drawn])
+                grads, losses = plain_step(train, other, x, y)
+            elif default_ce:
+                x = pad_sequence([x for x, _ in drawn], batch_first=True)
+                y = pad_sequence([y for _, y in drawn], batch_first=True)
+                w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
+                grads, losses = weighted_step(train, other, x, y, w)
+            else:
+                grads, losses = _grouped_step(plain_step, train, other, drawn, lengths)
+            step_losses.append((losses, lengths))
+            _sgd_update(
+                [train[k] for k in keys], [grads[k] for k in keys], bufs, t, lr, wd, momentum
+            )
+        for i in range(n_clients):
+            samples = epochs * _samples_per_epoch(sizes[i], bs, drop_last)
+            logs[i].append((tuple(keys), totals[i], samples))
+
+    loss_sum = [0.0] * n_clients
+    samples = [0] * n_clients
+    steps = [0] * n_clients
+    for losses, lengths in step_losses:
+        for i, (value, n) in enumerate(zip(losses.tolist(), lengths, strict=True)):
+            loss_sum[i] += value * n
+            samples[i] += n
+            steps[i] += 1
+    results = []
+    for i in range(n_clients):
+        state = {k: v[i].clone() for k, v in stacked.items()}
+        mean = loss_sum[i] / samples[i] if samples[i] else 0.0
+        results.append(TrainResult(state, mean, samples[i], steps[i], logs[i]))
+    return results
+
+
+def _grouped_step(
+    step: Callable[..., tuple[State, Tensor]],
+    train: State,
+    other: State,
+    drawn: list[tuple[Tensor, Tensor]],
+    lengths: list[int],
+) -> tuple[State, Tensor]:
+    """One step of a loss without sample weights on batches of unequal lengths: one
+    ``vmap(grad)`` per batch length, the results scattered back into stacked tensors."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(n, []).append(i)
+    grads = {k: torch.empty_like(v) for k, v in train.items()}
+    losses: Tensor | None = None
+    for members in groups.values():
+        idx = torch.tensor(members, device=next(iter(train.values())).device)
+        x = torch.stack([drawn[i][0] for i in members])
+        y = torch.stack([drawn[i][1] for i in members])
+        g, part = step(
+            {k: v.index_select(0, idx) for k, v in train.items()},
+            {k: v.index_select(0, idx) for k, v in other.items()},
+            x,
+            y,
+        )
+        for k, v in g.items():
+            grads[k].index_copy_(0, idx, v)
+        if losses is None:
+            losses = part.new_empty(len(lengths))
+        losses.index_copy_(0, idx, part)
+    assert losses is not None
+    return grads, losses
+
+
+def _sgd_update(
+    params: list[Tensor],
+    grads: list[Tensor],
+    bufs: list[Tensor],
+    t: int,
+    lr: float,
+    wd: float,
+    momentum: float,
+) -> None:
+    """The SGD step of ``train_client`` on the stacked (prefix views of) parameters, in place.
+
+    ``params`` are views ``[k, ...]`` of the stacked parameters of the clients still training;
+    ``bufs`` holds the full stacked momentum buffers (filled on the phase's first step ``t=0``,
+    when every client of the group trains). The operations mirror the sequential ones
+    (``g + wd·p``, ``b·momentum + d``, ``p − lr·d``) so equal gradients give equal parameters.
+    """
+    d = torch._foreach_add(grads, torch._foreach_mul(params, wd)) if wd else grads
+    if momentum:
+        if t == 0:
+            bufs[:] = [v.clone() for v in d] if d is grads else list(d)
+            d = bufs
+        else:
+            active = params[0].shape[0]
+            view = [b[:active] for b in bufs]
+            torch._foreach_mul_(view, momentum)
+            torch._foreach_add_(view, d)
+            d = view
+    torch._foreach_sub_(params, torch._foreach_mul(d, lr))
