@@ -114,6 +114,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("partitions:")
         for name, doc in sorted(PARTITIONS.items()):
             print(f"  {name:<16} {doc}")
+    if what in (None, "topologies"):
+        from fedpart.topology import TOPOLOGIES, WEIGHTS
+
+        print("topologies (decentralized methods; topology.name):")
+        print(f"  {'auto':<12} the method's default graph (a server for centralized methods)")
+        for name, info in TOPOLOGIES.items():
+            print(f"  {name:<12} {info.doc}")
+        print("mixing weights (topology.weights):")
+        for name, doc in WEIGHTS.items():
+            print(f"  {name:<12} {doc}")
     return 0
 
 
@@ -176,8 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_compare, stamp=time.strftime("%Y%m%d-%H%M%S"))
 
-    p = sub.add_parser("list", help="list algorithms, datasets, models, partitions")
-    p.add_argument("what", nargs="?", choices=["algorithms", "datasets", "models", "partitions"])
+    p = sub.add_parser("list", help="list algorithms, datasets, models, partitions, topologies")
+    p.add_argument(
+        "what",
+        nargs="?",
+        choices=["algorithms", "datasets", "models", "partitions", "topologies"],
+    )
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(
