@@ -10,19 +10,17 @@ our accuracies next to the paper's, plus the Table 4 computation proxy from our 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from runner import DATA_ROOT, ROOT, Job, pct, run_jobs  # noqa: E402
 
 from fedpart.algorithms.fedseqlayer import unfrozen_blocks
 from fedpart.engine.cost import paper_cost_proxy, trainable_parameters
 from fedpart.models import build_model
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # name -> (config, overrides, paper MNIST accuracy at T=100/200/300)
 METHODS = {
@@ -37,33 +35,14 @@ METHODS = {
 }
 
 
-def run_one(label: str, seed: int, rounds: int, out: Path, data_root: str) -> dict:
+def job(label: str, seed: int, rounds: int, out: Path, data_root: str) -> Job:
     config, overrides, _ = METHODS[label]
-    run_dir = out / f"T{rounds}" / f"{label}-seed{seed}"
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        return json.loads(summary.read_text())
-    cmd = [
-        sys.executable,
-        "-m",
-        "fedpart.cli",
-        "run",
-        str(ROOT / "configs/centralized" / f"{config}.yaml"),
-        *overrides,
-        f"seed={seed}",
-        f"federation.rounds={rounds}",
-        f"dataset.root={data_root}",
-        "engine.threads=1",
-        f"output.dir={run_dir}",
-        "output.overwrite=true",
-        "--quiet",
-    ]
-    if (run_dir / "checkpoint").is_dir():
-        cmd = [sys.executable, "-m", "fedpart.cli", "run", "--resume", str(run_dir), "--quiet"]
-    t0 = time.time()
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    print(f"  {label} seed {seed}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    return json.loads(summary.read_text())
+    return Job(
+        f"{label} seed {seed}",
+        ROOT / "configs/centralized" / f"{config}.yaml",
+        out / f"T{rounds}" / f"{label}-seed{seed}",
+        (*overrides, f"seed={seed}", f"federation.rounds={rounds}", f"dataset.root={data_root}"),
+    )
 
 
 def cost_table() -> str:
@@ -99,7 +78,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--data-root", default=DATA_ROOT)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/fedseqlayer/runs"))
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -107,18 +86,12 @@ def main() -> None:
     out = Path(args.out)
     t0 = time.time()
     jobs = [(label, seed) for label in labels for seed in seeds]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(
-            pool.map(lambda j: run_one(j[0], j[1], args.rounds, out, args.data_root), jobs)
-        )
+    results = run_jobs(
+        [job(lb, sd, args.rounds, out, args.data_root) for lb, sd in jobs], args.jobs
+    )
     by_label: dict[str, list[dict]] = {}
     for (label, _), summary in zip(jobs, results, strict=True):
         by_label.setdefault(label, []).append(summary)
-
-    def fmt(values: list[float]) -> str:
-        if len(values) == 1:
-            return f"{100 * values[0]:.2f}"
-        return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
 
     print(
         f"MNIST, T = {args.rounds}, seeds {seeds}; accuracies in % (weighted = Σ correct / Σ test samples)\n"
@@ -130,9 +103,9 @@ def main() -> None:
     for label in labels:
         runs = by_label[label]
         paper = METHODS[label][2].get(args.rounds)
-        wf = fmt([r["accuracy_weighted"]["final"] for r in runs])
-        wb = fmt([r["accuracy_weighted"]["best"] for r in runs])
-        mf = fmt([r["accuracy"]["final"] for r in runs])
+        wf = pct([r["accuracy_weighted"]["final"] for r in runs])
+        wb = pct([r["accuracy_weighted"]["best"] for r in runs])
+        mf = pct([r["accuracy"]["final"] for r in runs])
         wall = statistics.mean(r["wall_seconds"] for r in runs)
         print(
             f"| {label} | {paper if paper is not None else '-'} | {wf} | {wb} | {mf} | {wall:.0f} |"

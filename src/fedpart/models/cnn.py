@@ -27,6 +27,8 @@ class FedAvgCNN(BlockModel):
     Blocks: ``conv1`` Conv(C→32, 5×5)+ReLU+MaxPool2, ``conv2`` Conv(32→64, 5×5)+ReLU+MaxPool2,
     ``fc1`` Linear(dim→512)+ReLU, ``fc2`` Linear(512→classes). ``head`` picks the head blocks:
     ``("fc2",)`` for FedAvg-CNN, ``("fc1", "fc2")`` for the UA-PDFL split (g = convs, h = FCs).
+    ``width`` divides the channels and the hidden width (32/w, 64/w, 512/w): ``width=1`` is the
+    papers' model; larger values give the same architecture at CPU-friendly cost.
     """
 
     def __init__(
@@ -37,12 +39,14 @@ class FedAvgCNN(BlockModel):
         padding: int = 0,
         head: tuple[str, ...] = ("fc2",),
         name: str = "fedavgcnn",
+        width: int = 1,
     ) -> None:
         super().__init__()
         c, h, w = image_shape(name, input_shape)
         self._head_names = head
-        self.conv1 = ConvBlock(c, 32, 5, padding=padding)
-        self.conv2 = ConvBlock(32, 64, 5, padding=padding)
+        c1, c2, hidden = 32 // width, 64 // width, 512 // width
+        self.conv1 = ConvBlock(c, c1, 5, padding=padding)
+        self.conv2 = ConvBlock(c1, c2, 5, padding=padding)
         hint = "set model.padding=2" if padding < 2 else ""
         out = dry_forward(
             lambda x: self.conv2(self.conv1(x)),
@@ -52,32 +56,38 @@ class FedAvgCNN(BlockModel):
             key="model.padding",
             hint=hint,
         )
-        self.fc1 = DenseBlock(flat_size(out.shape[1:]), 512)
-        self.fc2 = DenseBlock(512, num_classes, relu=False)
+        self.fc1 = DenseBlock(flat_size(out.shape[1:]), hidden)
+        self.fc2 = DenseBlock(hidden, num_classes, relu=False)
         self._finalize(input_shape)
 
 
 _PADDING_DOC = "zero padding of both 5x5 convs (int >= 0, default 0; use 2 for 8x8 inputs)"
+_WIDTH_DOC = "divide channels and hidden units by this (1, 2, 4, 8; default 1 = the papers' model)"
 
 
 @register_model(
     "fedavgcnn",
     "FedAvg CNN (McMahan et al.; FedSeqLayer): conv1, conv2, fc1 | head fc2",
-    {"padding": _PADDING_DOC},
+    {"padding": _PADDING_DOC, "width": _WIDTH_DOC},
 )
 def _build_fedavgcnn(
-    *, num_classes: int, input_shape: tuple[int, ...], padding: Any = 0
+    *, num_classes: int, input_shape: tuple[int, ...], padding: Any = 0, width: Any = 1
 ) -> BlockModel:
-    return FedAvgCNN(num_classes, input_shape, padding=int_option("padding", padding))
+    return FedAvgCNN(
+        num_classes,
+        input_shape,
+        padding=int_option("padding", padding),
+        width=choice_option("width", width, (1, 2, 4, 8)),
+    )
 
 
 @register_model(
     "uapdfl_cnn",
     "UA-PDFL 2-conv/2-FC CNN (= fedavgcnn layers): body conv1, conv2 | head fc1, fc2",
-    {"padding": _PADDING_DOC},
+    {"padding": _PADDING_DOC, "width": _WIDTH_DOC},
 )
 def _build_uapdfl_cnn(
-    *, num_classes: int, input_shape: tuple[int, ...], padding: Any = 0
+    *, num_classes: int, input_shape: tuple[int, ...], padding: Any = 0, width: Any = 1
 ) -> BlockModel:
     return FedAvgCNN(
         num_classes,
@@ -85,6 +95,7 @@ def _build_uapdfl_cnn(
         padding=int_option("padding", padding),
         head=("fc1", "fc2"),
         name="uapdfl_cnn",
+        width=choice_option("width", width, (1, 2, 4, 8)),
     )
 
 
