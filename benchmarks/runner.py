@@ -45,6 +45,7 @@ def run_job(job: Job) -> dict:
             "fedpart.cli",
             "run",
             str(job.config),
+            "engine.backend=sequential",  # the reference backend, as the recorded numbers
             *job.overrides,
             "engine.threads=1",
             f"output.dir={job.run_dir}",

@@ -120,7 +120,6 @@ def main() -> None:
         f"dataset.root={args.data_root}",
         f"federation.rounds={args.rounds}",
         f"federation.local_epochs={args.local_epochs}",
-        "engine.backend=sequential",
     ]
     jobs: list[Job] = []
     keys: list[tuple[str, str, int]] = []

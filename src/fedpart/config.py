@@ -117,12 +117,20 @@ class TopologyConfig:
 
 @dataclass
 class EngineConfig:
-    """How the simulation executes. ``threads`` sets torch's intra-op threads (0: torch's default)."""
+    """How the simulation executes.
 
-    backend: str = "sequential"
+    ``backend``: ``sequential`` (the readable reference), ``batched`` (clients that share a
+    recipe trained as one ``torch.func`` computation; same numbers up to float rounding) or
+    ``auto`` (batched where the method and model allow it, else sequential). ``batch_clients``:
+    at most this many clients per batched computation (0: all). ``threads`` sets torch's
+    intra-op threads (0: torch's default).
+    """
+
+    backend: str = "auto"
     device: str = "cpu"
     threads: int = 0
     eval_batch_size: int = 2048
+    batch_clients: int = 0
 
 
 @dataclass
@@ -356,7 +364,7 @@ _SECTION_TYPES: dict[str, type] = {
     "algorithm": AlgorithmConfig,
 }
 
-BACKENDS = ("sequential",)
+BACKENDS = ("auto", "sequential", "batched")
 AUGMENTS = ("auto", "none", "crop", "crop_flip")
 
 
@@ -441,6 +449,7 @@ def validate(cfg: Config) -> None:
     if cfg.engine.device != "cpu" and not cfg.engine.device.startswith("cuda"):
         raise ConfigError("engine.device", f"expected cpu or cuda[:N], got {cfg.engine.device!r}")
     _range("engine.threads", cfg.engine.threads, 0)
+    _range("engine.batch_clients", cfg.engine.batch_clients, 0)
     _range("engine.eval_batch_size", cfg.engine.eval_batch_size, 1)
 
     _range("evaluation.every", cfg.evaluation.every, 1)

@@ -4,6 +4,7 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     dfedavg,
     dfedavgm,
     dfedpgp,
+    dispfl,
     ditto,
     fedavg,
     fedper,
@@ -14,6 +15,7 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     lgfedavg,
     local,
     osgp,
+    uapdfl,
 )
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import ALGORITHMS, register

@@ -35,7 +35,8 @@ class Algorithm:
       ``setting``: ``centralized``, ``cloud-edge`` or ``decentralized``;
       ``Options``: a dataclass of the method's hyperparameters (``algorithm.*`` keys), whose
       fields carry a ``doc`` in their metadata and which may define ``check()``;
-      ``has_global_model``: whether a server model exists to evaluate globally.
+      ``has_global_model``: whether a server model exists to evaluate globally;
+      ``backends``: the engine backends it supports.
     """
 
     name: ClassVar[str] = ""
@@ -43,7 +44,9 @@ class Algorithm:
     setting: ClassVar[str] = "centralized"
     Options: ClassVar[type] = NoOptions
     has_global_model: ClassVar[bool] = True
-    backends: ClassVar[tuple[str, ...]] = ("sequential",)
+    #: backends the method can run on (``batched`` needs the default ``local_update`` and one
+    #: recipe shared by the clients of a round)
+    backends: ClassVar[tuple[str, ...]] = ("sequential", "batched")
 
     def __init__(self, options: Any, sim: Simulation) -> None:
         self.options = options

@@ -40,6 +40,7 @@ class Ditto(Algorithm):
     Evaluation uses v_i (a client never sampled keeps the initial model)."""
 
     name = "ditto"
+    backends = ("sequential",)  # its own local update / per-client objective
     summary = "Global FedAvg model + personal models with proximal term (lam/2)||v - w||^2."
     Options = DittoOptions
 

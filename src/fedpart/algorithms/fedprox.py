@@ -28,8 +28,15 @@ class FedProx(Algorithm):
     Options = FedProxOptions
 
     def recipe(self, rnd: int, client: int) -> Recipe:
+        # One recipe per round: every participant's reference is the same received model w^t
+        # (the server model changes only after the round), so the clients can train batched.
+        cached = getattr(self, "_recipe", None)
+        if cached is not None and cached[0] == rnd:
+            return cached[1]
         store = self.sim.store
         trainable = [k for k, _ in self.sim.model.named_parameters()]
         reference = {k: store.global_state[k].detach() for k in trainable}
         term = LossTerm("proximal", proximal(reference), weight=self.options.mu)
-        return Recipe(phases=(Phase(loss_terms=(term,)),))
+        recipe = Recipe(phases=(Phase(loss_terms=(term,)),))
+        self._recipe = (rnd, recipe)
+        return recipe

@@ -3,11 +3,15 @@
 :func:`train_clients_batched` gives the same results as calling the sequential reference
 :func:`fedpart.engine.training.train_client` once per client, up to floating-point rounding
 (a batched matrix product or grouped convolution sums in another order than the per-client
-one). Every client's tensors are stacked along a new leading dimension ``[n_clients, ...]``;
+one, and the fused update below may use fused multiply-adds): about 1e-7 apart on the small
+models. Every client's tensors are stacked along a new leading dimension ``[n_clients, ...]``;
 one step of all clients is ``vmap(grad(loss))`` over ``functional_call(model, ...)``, followed
-by the SGD update of :mod:`fedpart.engine.training` written as fused ``torch._foreach`` ops on
-the stacked tensors (``d = g + wd·p``; ``b = d`` on a phase's first step, else
-``b = momentum·b + d``; ``p ← p − lr·lr_scale·b``).
+by the SGD update of :mod:`fedpart.engine.training` (``d = g + wd·p``; ``b = d`` on a phase's
+first step, else ``b = momentum·b + d``; ``p ← p − lr·lr_scale·b``) applied in place to the
+stacked tensors by one fused kernel (``torch._fused_sgd_``, that of
+``torch.optim.SGD(fused=True)``) or, where it is missing, by in-place ``torch._foreach`` ops.
+No Python loop over parameters or clients runs inside a step except to draw and stack the
+clients' batches.
 
 Design choices
 --------------
@@ -74,6 +78,9 @@ from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
 
 __all__ = ["can_batch", "train_clients_batched"]
+
+#: use the fused SGD kernel of ``torch.optim.SGD(fused=True)`` (else ``_foreach`` ops)
+_FUSED_SGD = hasattr(torch, "_fused_sgd_")
 
 State = dict[str, Tensor]
 
@@ -390,20 +397,39 @@ def _sgd_update(
 ) -> None:
     """The SGD step of ``train_client`` on the stacked (prefix views of) parameters, in place.
 
-    ``params`` are views ``[k, ...]`` of the stacked parameters of the clients still training;
-    ``bufs`` holds the full stacked momentum buffers (filled on the phase's first step ``t=0``,
-    when every client of the group trains). The operations mirror the sequential ones
-    (``g + wd·p``, ``b·momentum + d``, ``p − lr·d``) so equal gradients give equal parameters.
+    ``params`` are views ``[k, ...]`` of the stacked parameters of the clients still training
+    and ``grads`` their fresh gradients (may be overwritten); ``bufs`` holds the full stacked
+    momentum buffers, set to ``d`` on the phase's first step ``t=0`` (when every client of the
+    group trains). One fused kernel (``torch._fused_sgd_``, the kernel of
+    ``torch.optim.SGD(fused=True)``) where available, else in-place ``_foreach`` ops: large
+    stacked temporaries would cost more (allocation, cache misses) than the arithmetic itself.
     """
-    d = torch._foreach_add(grads, torch._foreach_mul(params, wd)) if wd else grads
+    grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
+    if momentum and t == 0:
+        bufs[:] = [torch.empty_like(p) for p in params]
+    view = [b[: params[0].shape[0]] for b in bufs] if momentum else []
+    if _FUSED_SGD and params[0].device.type in ("cpu", "cuda"):
+        torch._fused_sgd_(
+            params,
+            grads,
+            view,
+            weight_decay=wd,
+            momentum=momentum,
+            lr=lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=False,
+            is_first_step=t == 0,
+        )
+        return
+    d = grads
+    if wd:
+        torch._foreach_add_(d, params, alpha=wd)  # d = g + wd·p
     if momentum:
         if t == 0:
-            bufs[:] = [v.clone() for v in d] if d is grads else list(d)
-            d = bufs
+            torch._foreach_copy_(view, d)  # b = d (the first-step rule)
         else:
-            active = params[0].shape[0]
-            view = [b[:active] for b in bufs]
             torch._foreach_mul_(view, momentum)
-            torch._foreach_add_(view, d)
-            d = view
-    torch._foreach_sub_(params, torch._foreach_mul(d, lr))
+            torch._foreach_add_(view, d)  # b = momentum·b + d
+        d = view
+    torch._foreach_add_(params, d, alpha=-lr)  # p = p − lr·d

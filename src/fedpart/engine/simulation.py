@@ -41,6 +41,30 @@ class Result:
     simulation: Simulation | None = field(default=None, repr=False)
 
 
+def resolve_backend(cfg: Config, algorithm: Any, model: BlockModel) -> str:
+    """The backend a run uses: ``auto`` is the fastest exact one the method and model support."""
+    wanted = cfg.engine.backend
+    supported = type(algorithm).backends
+    if wanted == "auto":
+        if "batched" in supported:
+            from fedpart.engine.batched import can_batch
+
+            if can_batch(model, []) is None:
+                return "batched"
+        return "sequential"
+    if wanted not in supported:
+        raise FedpartError(
+            f"engine.backend: {cfg.algorithm.name} supports {', '.join(supported)}, not {wanted}"
+        )
+    if wanted == "batched":
+        from fedpart.engine.batched import can_batch
+
+        reason = can_batch(model, [])
+        if reason is not None:
+            raise FedpartError(f"engine.backend: batched is not possible here: {reason}")
+    return wanted
+
+
 def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> list[int]:
     """The round's participants, from a stream keyed by (seed, round): the same for every method."""
     m = max(1, int(round(join_ratio * num_clients)))
@@ -102,6 +126,7 @@ class Simulation:
         if self.algorithm.setting == "decentralized":
             self.topology = build_topology(cfg, data.num_clients, self.algorithm.default_topology)
         self.exchange: Exchange | None = None
+        self.backend = resolve_backend(cfg, self.algorithm, self.model)
         self.algorithm.setup()
         self.rounds_completed = 0
         self.finished = False
@@ -163,17 +188,42 @@ class Simulation:
         rnd = self.cfg.federation.rounds
         recipe = Recipe(phases=(Phase(blocks=None, epochs=epochs, name="finetune"),))
         begin = start or self.store.client_state
-        return {
-            c: self.train(rnd, c, begin(c), recipe=recipe, frozen=set()).state
-            for c in range(self.data.num_clients)
-        }
+        clients = list(range(self.data.num_clients))
+        if self.backend == "batched":
+            from fedpart.engine.batched import train_clients_batched
+
+            by_settings: dict[TrainSettings, list[int]] = {}
+            for c in clients:
+                by_settings.setdefault(self.train_settings(rnd, c), []).append(c)
+            out: dict[int, dict[str, torch.Tensor]] = {}
+            for settings, members in by_settings.items():
+                trained = train_clients_batched(
+                    self.model,
+                    [begin(c) for c in members],
+                    recipe,
+                    self.data,
+                    members,
+                    rnd,
+                    settings,
+                    set(),
+                    chunk=self.cfg.engine.batch_clients or None,
+                )
+                out.update({c: r.state for c, r in zip(members, trained, strict=True)})
+            return {c: out[c] for c in clients}
+        return {c: self.train(rnd, c, begin(c), recipe=recipe, frozen=set()).state for c in clients}
 
     def train_clients(
         self, rnd: int, clients: list[int]
     ) -> tuple[dict[int, TrainResult], dict[str, Any]]:
         """Every listed client's local update (the method's ``local_update``), its personal
-        tensors kept in the store, and the round's training accounting."""
+        tensors kept in the store, and the round's training accounting.
+
+        With the batched backend, clients whose local update is the engine's default (train the
+        method's recipe from its start state) and who share a recipe and optimiser settings are
+        trained together (:mod:`fedpart.engine.batched`); everything else runs sequentially.
+        """
         algo = self.algorithm
+        batched = self._train_batched(rnd, clients) if self.backend == "batched" else {}
         results: dict[int, TrainResult] = {}
         loss_sum = 0.0
         samples = 0
@@ -182,7 +232,7 @@ class Simulation:
         trainable = 0
         numel = {k: p.numel() for k, p in self.model.named_parameters()}
         for client in clients:
-            result = algo.local_update(rnd, client)
+            result = batched.get(client) or algo.local_update(rnd, client)
             trained: set[str] = set()
             for keys, steps, phase_samples in result.phases:
                 trained.update(keys)
@@ -201,6 +251,38 @@ class Simulation:
             "train_macs": int(macs),
         }
         return results, stats
+
+    def _train_batched(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
+        """Train the batchable clients of ``clients`` together; returns their results."""
+        from fedpart.algorithms.base import Algorithm
+        from fedpart.engine.batched import can_batch, train_clients_batched
+
+        algo = self.algorithm
+        if type(algo).local_update is not Algorithm.local_update:
+            return {}
+        groups: dict[tuple[Any, TrainSettings], list[int]] = {}
+        for client in clients:
+            key = (algo.recipe(rnd, client), self.train_settings(rnd, client))
+            groups.setdefault(key, []).append(client)
+        out: dict[int, TrainResult] = {}
+        frozen = algo.frozen_blocks(rnd)
+        for (recipe, settings), members in groups.items():
+            if len(members) < 2 or can_batch(self.model, [recipe]) is not None:
+                continue
+            starts = [algo.start_state(rnd, c) for c in members]
+            trained = train_clients_batched(
+                self.model,
+                starts,
+                recipe,
+                self.data,
+                members,
+                rnd,
+                settings,
+                frozen,
+                chunk=self.cfg.engine.batch_clients or None,
+            )
+            out.update(zip(members, trained, strict=True))
+        return out
 
     def run_round(self, rnd: int) -> dict[str, Any]:
         """One round: the server round (sample, train, upload, aggregate) or, for decentralized

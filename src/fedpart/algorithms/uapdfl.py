@@ -1,0 +1,253 @@
+"""UA-PDFL (Zhu, Fan, Xie; Neurocomputing): unit-representation aided personalized DFL.
+
+Algorithm 2 of the paper, synchronous (every client reads the round-(r−1) snapshot, spec A15).
+The model is ``w = w_g ⊕ w_h``: g = the body blocks (conv layers), h = the head blocks (spec A5).
+Every client holds I = softmax(h(g(X_unit))) (Eq. 5) and I^Aux = g(X_unit) (Eq. 11), computed
+from w^0 before round 1 and after every local update (lines 24-25), with X_unit the constant
+input a·1 of one sample's shape (Eq. 4). In round r, client i with its queue Q_i (``kpull``,
+N_com random peers drawn anew every round, line 6):
+
+1. receives I_j, I_j^Aux and |D_j| from every j ∈ Q_i (line 7) and computes Div(i, j) (Eq. 6);
+2. if Div(i, j) ≤ th_I for all j (line 10): client-wise dropout, w_i ← w_j' of one random
+   j' ∈ Q_i (lines 11-12);
+3. otherwise (lines 14-22): g_i ← |D|-weighted mean over {i} ∪ Q_i, h_i ← |D|-weighted mean
+   over {i} ∪ {j ∈ Q_i : Div(i, j) < th_I} (h stays personal when no neighbour is similar);
+4. trains on CE + μ‖g_i(X_unit) − I^Aux_avg‖² (Eq. 12), with I^Aux_avg the mean of the stored
+   I^Aux of i and Q_i (line 29), held constant (spec A8).
+
+BatchNorm buffers travel with their block (A6); X_unit is forwarded in eval mode (A7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch.func import functional_call
+
+from fedpart.algorithms.base import State
+from fedpart.algorithms.decentralized import Decentralized
+from fedpart.algorithms.registry import register
+from fedpart.engine.decentralized import keys_bytes
+from fedpart.engine.functional import call_method, features
+from fedpart.engine.mixing import weighted_average
+from fedpart.engine.recipe import LossTerm, Phase, Recipe
+from fedpart.engine.seeding import numpy_rng
+from fedpart.errors import ConfigError
+from fedpart.topology import Graph
+
+EPS = 1e-12
+
+
+def divergence(p: torch.Tensor, q: torch.Tensor, eps: float = EPS) -> float:
+    """Eq. (6)-(7): Div = ½ KL(p‖q) + ½ KL(q‖p) (the paper's "Jensen-Shannon"), ε in the logs."""
+    p, q = p.double(), q.double()
+    lp, lq = torch.log(p + eps), torch.log(q + eps)
+    return float(0.5 * (p * (lp - lq)).sum() + 0.5 * (q * (lq - lp)).sum())
+
+
+def client_dropout(divs: Sequence[float], threshold: float) -> bool:
+    """Alg. 2 line 10: every neighbour within th_I (≤); never with an empty queue."""
+    return len(divs) > 0 and all(d <= threshold for d in divs)
+
+
+def similar(divs: Sequence[float], threshold: float) -> list[bool]:
+    """Alg. 2 line 15: the neighbours whose classifier is shared (strict <)."""
+    return [d < threshold for d in divs]
+
+
+@dataclasses.dataclass
+class Decision:
+    """What client i did in the last ``communicate``: its queue, Div to each, and the outcome."""
+
+    queue: list[int]
+    divs: list[float]
+    copied_from: int | None  # the j' of client-wise dropout, else None
+    head_from: list[int]  # neighbours whose h was averaged in (empty under dropout)
+
+
+@register
+class UAPDFL(Decentralized):
+    """Unit-representation divergence decides: copy one peer, share g and h, or share g only."""
+
+    name = "uapdfl"
+    summary = (
+        "UA-PDFL: unit-representation divergence picks per peer full copy / g+h / g only; "
+        "aux. representation regulariser."
+    )
+    default_topology: ClassVar[dict[str, Any]] = {"name": "kpull", "neighbors": 5}
+    mixing: ClassVar[str] = "size"
+    mix_first: ClassVar[bool] = True
+
+    @dataclasses.dataclass
+    class Options:
+        threshold: float = dataclasses.field(
+            default=0.1,
+            metadata={
+                "doc": "th_I, divergence threshold (paper: not given; 0.1 ≈ geometric mean of "
+                "its toy values 0.02 similar / 0.61 dissimilar)"
+            },
+        )
+        mu: float = dataclasses.field(
+            default=0.01,
+            metadata={"doc": "μ of Eq. (12), weight of ‖g(X_unit) − I^Aux_avg‖² (not given)"},
+        )
+        unit_value: float = dataclasses.field(
+            default=1.0, metadata={"doc": "a_ij of Eq. (4): X_unit = a·ones (toy experiment: 1)"}
+        )
+        g_blocks: int = dataclasses.field(
+            default=0,
+            metadata={
+                "doc": "leading blocks forming g (0: the model's body; vgg11: 7 = the paper's "
+                "first 28 tensors)"
+            },
+        )
+        dropout: bool = dataclasses.field(
+            default=True, metadata={"doc": "client-wise dropout (false: the 'Without CD' ablation)"}
+        )
+        layerwise: bool = dataclasses.field(
+            default=True,
+            metadata={
+                "doc": "layer-wise personalization (false: 'Without LP', h averaged over all "
+                "of Q_i like g and no μ-term)"
+            },
+        )
+
+        def check(self) -> None:
+            if not self.threshold >= 0:
+                raise ConfigError("algorithm.threshold", f"must be >= 0, got {self.threshold}")
+            if not self.mu >= 0:
+                raise ConfigError("algorithm.mu", f"must be >= 0, got {self.mu}")
+            if self.g_blocks < 0:
+                raise ConfigError("algorithm.g_blocks", f"must be >= 0, got {self.g_blocks}")
+            if not abs(self.unit_value) < float("inf"):
+                raise ConfigError("algorithm.unit_value", f"must be finite, got {self.unit_value}")
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        model, sim = self.sim.model, self.sim
+        shape = tuple(sim.data.bundle.input_shape)
+        self.x_unit = torch.full((1, *shape), float(self.options.unit_value), device=sim.device)
+        names = model.block_names
+        k = self.options.g_blocks or len(model.body_names())
+        if k >= len(names):
+            raise ConfigError(
+                "algorithm.g_blocks", f"must leave h at least one of the blocks {names}, got {k}"
+            )
+        self.g_last = None if k == len(model.body_names()) else names[k - 1]
+        body, head = set(names[:k]), set(names[k:])
+        self.g_keys = [k for k in sim.store.keys if model.block_of(k) in body]
+        self.h_keys = [k for k in sim.store.keys if model.block_of(k) in head]
+        unit, aux = self.representations(sim.store.client_state(0))  # Alg. 1 line 1, from w^0
+        m = sim.data.num_clients
+        self.unit = unit.repeat(m, 1)  # I_i, [M, classes]
+        self.aux = aux.repeat(m, 1)  # I_i^Aux, [M, feature_dim]
+        self.targets: dict[int, torch.Tensor] = {}  # I^Aux_avg of the current round
+        self.decisions: dict[int, Decision] = {}
+
+    @property
+    def aux_term(self) -> bool:
+        return self.options.layerwise and self.options.mu > 0
+
+    @torch.no_grad()
+    def representations(self, state: State) -> tuple[torch.Tensor, torch.Tensor]:
+        """(I, I^Aux) = (softmax(h(g(X_unit))), g(X_unit)) by Eqs. (5) and (11), in eval mode."""
+        model = self.sim.model
+        was = model.training
+        model.eval()
+        try:
+            unit = torch.softmax(functional_call(model, state, (self.x_unit,)), dim=1)
+            z = self.g_out(state)
+        finally:
+            model.train(was)
+        return unit.detach(), z.detach()
+
+    def g_out(self, state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """g(X_unit), flattened (Eq. 11): the body's features, or the last g block's output."""
+        model, state = self.sim.model, dict(state)
+        if self.g_last is None:
+            return features(model, state, self.x_unit)
+        return call_method(model, "block_outputs", state, self.x_unit)[self.g_last].flatten(1)
+
+    # ------------------------------------------------------------ Algorithm 2
+    def communicate(self, rnd: int, graph: Graph) -> None:
+        opts, exchange = self.options, self.sim.exchange
+        states, sizes = self.states(), self.client_sizes()  # round-(r−1) snapshot
+        scalars = 1 + (self.unit.shape[1] if opts.dropout or opts.layerwise else 0)
+        rep_bytes = self.unit.element_size() * (
+            scalars + (self.aux.shape[1] if self.aux_term else 0)
+        )
+        full_bytes = keys_bytes(states[0], list(states[0]))
+        g_bytes, h_bytes = keys_bytes(states[0], self.g_keys), keys_bytes(states[0], self.h_keys)
+        new_states = []
+        for i in range(len(states)):
+            queue = graph.in_neighbors(i)  # Q_i (line 6)
+            for j in queue:  # line 7: I_j, I_j^Aux, |D_j|
+                exchange.send(j, i, rep_bytes)
+            divs = [divergence(self.unit[i], self.unit[j]) for j in queue]  # line 9, Eq. (6)
+            members = [i, *queue]
+            self.targets[i] = self.aux[members].mean(0)  # line 29 (stale, detached)
+            if opts.dropout and client_dropout(divs, opts.threshold):  # lines 10-12
+                rng = numpy_rng(self.sim.cfg.seed, "algorithm", rnd, i)
+                pick = queue[int(rng.integers(len(queue)))]
+                exchange.send(pick, i, full_bytes)
+                new_states.append(dict(states[pick]))
+                self.decisions[i] = Decision(queue, divs, pick, [])
+                continue
+            share = similar(divs, opts.threshold) if opts.layerwise else [True] * len(queue)
+            head_from = [j for j, s in zip(queue, share, strict=True) if s]
+            new = dict(states[i])
+            if queue:  # line 20: g over self and every neighbour
+                new.update(self._average(states, sizes, members, self.g_keys))
+            if head_from:  # line 21: h over self and the similar neighbours
+                new.update(self._average(states, sizes, [i, *head_from], self.h_keys))
+            for j in queue:  # lines 16 and 18
+                exchange.send(j, i, g_bytes + (h_bytes if j in head_from else 0))
+            new_states.append(new)
+            self.decisions[i] = Decision(queue, divs, None, head_from)
+        self.set_states(new_states)
+
+    @staticmethod
+    def _average(
+        states: Sequence[Mapping[str, torch.Tensor]],
+        sizes: Sequence[int],
+        members: Sequence[int],
+        keys: Sequence[str],
+    ) -> dict[str, torch.Tensor]:
+        """Σ_u |D_u| w_u / Σ_u |D_u| over ``members`` (Alg. 2 lines 20-21)."""
+        return weighted_average([states[u] for u in members], [sizes[u] for u in members], keys)
+
+    def recipe(self, rnd: int, client: int) -> Recipe:
+        """Eq. (12): CE + μ‖g(X_unit) − I^Aux_avg‖² (lines 30-33); the term reaches g only."""
+        if not self.aux_term:
+            return Recipe()
+        model = self.sim.model
+        target = self.targets[client].detach()
+
+        def aux_gap(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            was = model.training
+            model.eval()  # BN on X_unit uses running statistics and leaves them untouched (A7)
+            try:
+                z = self.g_out(params)[0]
+            finally:
+                model.train(was)
+            return ((z - target) ** 2).sum()
+
+        return Recipe(phases=(Phase(loss_terms=(LossTerm("aux", aux_gap, self.options.mu),)),))
+
+    def local_update(self, rnd: int, client: int) -> Any:
+        """Local training (line 23), then I_i and I_i^Aux from the new model (lines 24-25)."""
+        result = super().local_update(rnd, client)
+        unit, aux = self.representations(result.state)
+        self.unit[client], self.aux[client] = unit[0], aux[0]
+        return result
+
+    # ------------------------------------------------------------- checkpoints
+    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return {"unit": self.unit.clone(), "aux": self.aux.clone()}, {}
+
+    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        self.unit = tensors["unit"].to(self.x_unit.device).clone()
+        self.aux = tensors["aux"].to(self.x_unit.device).clone()
