@@ -422,6 +422,9 @@ def test_cnn_width_option_scales_the_same_architecture():
 
     m = build_model("fedavgcnn", num_classes=10, input_shape=(1, 28, 28), width=4)
     assert sum(p.numel() for p in m.parameters()) == 37_610
-    assert m.block_names == build_model("fedavgcnn", num_classes=10, input_shape=(1, 28, 28)).block_names
+    assert (
+        m.block_names
+        == build_model("fedavgcnn", num_classes=10, input_shape=(1, 28, 28)).block_names
+    )
     with pytest.raises(ConfigError, match="model.width"):
         build_model("uapdfl_cnn", num_classes=10, input_shape=(1, 28, 28), width=3)
