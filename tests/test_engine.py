@@ -182,3 +182,23 @@ def test_official_test_split_and_global_accuracy(tiny_cfg):
     tests = torch.cat([c.test for c in sim.data.clients])
     assert len(set(tests.tolist())) == tests.numel()
     assert (tests >= sim.data.bundle.train_y.numel()).all()
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedper", "fedrod", "lgfedavg", "dfedavgmp"])
+def test_shared_body_evaluation_equals_per_client(tiny_cfg, algorithm):
+    """One body pass for clients that share it gives each client's own evaluation exactly."""
+    from fedpart.engine.evaluation import evaluate_clients, evaluate_samples
+
+    cfg = {**tiny_cfg, "algorithm": {"name": algorithm}}
+    if algorithm.startswith("dfed"):
+        cfg["topology"] = {"neighbors": 2}
+    sim = fedpart.run(
+        {**cfg, "federation": {**tiny_cfg["federation"], "rounds": 2}}, write=False
+    ).simulation
+    states = [sim.algorithm.eval_state(c) for c in range(6)]
+    index = [c.test for c in sim.data.clients]
+    together = evaluate_clients(sim.model, states, index, sim.data, 7)
+    for c in range(6):
+        ok, loss = evaluate_samples(sim.model, states[c], sim.data, index[c], 64)
+        assert torch.equal(together[c][0], ok)
+        torch.testing.assert_close(together[c][1], loss, atol=1e-5, rtol=1e-5)

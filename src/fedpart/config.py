@@ -121,9 +121,10 @@ class EngineConfig:
 
     ``backend``: ``sequential`` (the readable reference), ``batched`` (clients that share a
     recipe trained as one ``torch.func`` computation; same numbers up to float rounding) or
-    ``auto`` (batched where the method and model allow it, else sequential). ``batch_clients``:
-    at most this many clients per batched computation (0: all). ``threads`` sets torch's
-    intra-op threads (0: torch's default).
+    ``auto`` (batched where the method and model allow it, else sequential), or ``ray`` (clients
+    as Ray tasks; ``ray_address`` names an existing cluster, empty starts a local Ray with
+    ``ray_workers`` CPUs, 0 = all). ``batch_clients``: at most this many clients per batched
+    computation (0: all). ``threads`` sets torch's intra-op threads (0: torch's default).
     """
 
     backend: str = "auto"
@@ -131,6 +132,8 @@ class EngineConfig:
     threads: int = 0
     eval_batch_size: int = 2048
     batch_clients: int = 0
+    ray_address: str = ""
+    ray_workers: int = 0
 
 
 @dataclass
@@ -364,7 +367,7 @@ _SECTION_TYPES: dict[str, type] = {
     "algorithm": AlgorithmConfig,
 }
 
-BACKENDS = ("auto", "sequential", "batched")
+BACKENDS = ("auto", "sequential", "batched", "ray")
 AUGMENTS = ("auto", "none", "crop", "crop_flip")
 
 
@@ -450,6 +453,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("engine.device", f"expected cpu or cuda[:N], got {cfg.engine.device!r}")
     _range("engine.threads", cfg.engine.threads, 0)
     _range("engine.batch_clients", cfg.engine.batch_clients, 0)
+    _range("engine.ray_workers", cfg.engine.ray_workers, 0)
     _range("engine.eval_batch_size", cfg.engine.eval_batch_size, 1)
 
     _range("evaluation.every", cfg.evaluation.every, 1)

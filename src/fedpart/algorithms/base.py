@@ -44,9 +44,9 @@ class Algorithm:
     setting: ClassVar[str] = "centralized"
     Options: ClassVar[type] = NoOptions
     has_global_model: ClassVar[bool] = True
-    #: backends the method can run on (``batched`` needs the default ``local_update`` and one
-    #: recipe shared by the clients of a round)
-    backends: ClassVar[tuple[str, ...]] = ("sequential", "batched")
+    #: backends the method can run on (``batched`` and ``ray`` need the default ``local_update``;
+    #: ``batched`` also one recipe shared by the clients of a round)
+    backends: ClassVar[tuple[str, ...]] = ("sequential", "batched", "ray")
 
     def __init__(self, options: Any, sim: Simulation) -> None:
         self.options = options

@@ -17,7 +17,7 @@ from fedpart.data.sources import load_dataset
 from fedpart.engine.cost import MacCounter
 from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.engine.decentralized import Exchange
-from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.evaluation import evaluate_clients, evaluate_samples
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.seeding import numpy_rng, seed_for
 from fedpart.engine.store import ClientStateStore
@@ -127,6 +127,7 @@ class Simulation:
             self.topology = build_topology(cfg, data.num_clients, self.algorithm.default_topology)
         self.exchange: Exchange | None = None
         self.backend = resolve_backend(cfg, self.algorithm, self.model)
+        self._ray: Any = None
         self.algorithm.setup()
         self.rounds_completed = 0
         self.finished = False
@@ -223,7 +224,12 @@ class Simulation:
         trained together (:mod:`fedpart.engine.batched`); everything else runs sequentially.
         """
         algo = self.algorithm
-        batched = self._train_batched(rnd, clients) if self.backend == "batched" else {}
+        if self.backend == "batched":
+            batched = self._train_batched(rnd, clients)
+        elif self.backend == "ray":
+            batched = self._train_ray(rnd, clients)
+        else:
+            batched = {}
         results: dict[int, TrainResult] = {}
         loss_sum = 0.0
         samples = 0
@@ -284,6 +290,23 @@ class Simulation:
             out.update(zip(members, trained, strict=True))
         return out
 
+    def _train_ray(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
+        """Train the clients with the default local update as Ray tasks."""
+        from fedpart.algorithms.base import Algorithm
+        from fedpart.engine.ray_backend import RayTrainer
+
+        algo = self.algorithm
+        if type(algo).local_update is not Algorithm.local_update:
+            return {}
+        if self._ray is None:
+            self._ray = RayTrainer(self)
+        frozen = algo.frozen_blocks(rnd)
+        jobs = [
+            (c, algo.start_state(rnd, c), algo.recipe(rnd, c), self.train_settings(rnd, c), frozen)
+            for c in clients
+        ]
+        return self._ray.train(jobs, rnd)
+
     def run_round(self, rnd: int) -> dict[str, Any]:
         """One round: the server round (sample, train, upload, aggregate) or, for decentralized
         methods, every client trains and exchanges along the round's graph."""
@@ -335,27 +358,14 @@ class Simulation:
         correct = np.zeros(n)
         total = np.zeros(n)
         loss = np.zeros(n)
-        # Clients whose evaluation models are made of the very same tensors (e.g. every client
-        # of FedAvg) are evaluated in one pass over their concatenated samples: exact, and cheap.
-        groups: dict[tuple[int, ...], list[int]] = {}
-        states: dict[tuple[int, ...], dict[str, torch.Tensor]] = {}
-        for c in range(n):
-            state = self.algorithm.eval_state(c)
-            key = tuple(id(v) for v in state.values())
-            groups.setdefault(key, []).append(c)
-            states[key] = state
-        for key, members in groups.items():
-            index = [getattr(self.data.clients[c], split) for c in members]
-            sizes = [int(i.numel()) for i in index]
-            if sum(sizes) == 0:
-                continue
-            ok, losses = evaluate_samples(self.model, states[key], self.data, torch.cat(index), bs)
-            for c, part_ok, part_loss in zip(
-                members, ok.split(sizes), losses.split(sizes), strict=True
-            ):
-                correct[c] = float(part_ok.sum())
-                loss[c] = float(part_loss.sum())
-                total[c] = part_ok.numel()
+        states = [self.algorithm.eval_state(c) for c in range(n)]
+        index = [getattr(self.data.clients[c], split) for c in range(n)]
+        for c, (ok, losses) in enumerate(
+            evaluate_clients(self.model, states, index, self.data, bs)
+        ):
+            correct[c] = float(ok.sum())
+            loss[c] = float(losses.sum())
+            total[c] = ok.numel()
         has = total > 0
         acc = np.where(has, correct / np.maximum(total, 1), np.nan)
         self.client_accuracy = [float(a) if not math.isnan(a) else None for a in acc]
