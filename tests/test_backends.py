@@ -23,6 +23,8 @@ METHODS = [
     ("dfedavgm", {}),
     ("dfedavgmp", {}),
     ("dfedavg", {}),
+    ("dfedpgp", {}),
+    ("osgp", {}),
 ]
 
 
@@ -31,7 +33,9 @@ def _run(tiny_cfg, algorithm, options, backend):
         **tiny_cfg,
         "algorithm": {"name": algorithm, **options},
         "federation": {**tiny_cfg["federation"], "rounds": 3, "weight_decay": 1e-3},
-        "topology": {"neighbors": 2} if algorithm.startswith("dfed") else {},
+        "topology": {"neighbors": 2}
+        if algorithm in ("osgp",) or algorithm.startswith("dfed")
+        else {},
         "engine": {"backend": backend},
     }
     return fedpart.run(cfg, write=False)
@@ -85,7 +89,7 @@ def test_auto_picks_batched_where_it_applies(tiny_cfg):
 
     assert backend("fedper") == "batched"
     assert backend("ditto") == "sequential"
-    assert backend("dfedpgp") == "sequential"
+    assert backend("dfedpgp") == "batched"
     assert backend("fedper", model="lenet5") == "sequential"  # BatchNorm buffers
     assert backend("fedper", engine="sequential") == "sequential"
     with pytest.raises(FedpartError, match="supports sequential"):

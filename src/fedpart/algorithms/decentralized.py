@@ -92,7 +92,6 @@ class PushSum(Decentralized):
 
     default_topology: ClassVar[dict[str, Any]] = {"name": "kout", "neighbors": 10}
     mixing: ClassVar[str] = "push"
-    backends = ("sequential", "ray")  # the step size 1/μ_i differs per client: not batched
 
     def setup(self) -> None:
         self.mu = torch.ones(self.sim.data.num_clients, dtype=torch.float64)

@@ -45,6 +45,7 @@ from fedpart.topology import Topology
 
 __all__ = [
     "SUPPORTED",
+    "build_initial_model",
     "CentralCeiling",
     "NaiveFederation",
     "NaivePhase",
@@ -123,7 +124,7 @@ def round_samples(cfg: Config, data: FederatedData, model: BlockModel, rnd: int)
     return total
 
 
-def _build(cfg: Config, data: FederatedData) -> BlockModel:
+def build_initial_model(cfg: Config, data: FederatedData) -> BlockModel:
     """The model with the engine's initialisation (same seed stream)."""
     torch.manual_seed(seed_for(cfg.seed, "init"))
     return build_model(
@@ -149,7 +150,9 @@ class NaiveFederation:
         self.cfg = cfg
         self.data = data
         self.decentralized = name == "dfedpgp"
-        self.model = _build(cfg, data)  # the server's model (a template when decentralized)
+        self.model = build_initial_model(
+            cfg, data
+        )  # the server's model (a template when decentralized)
         self.phases = phase_plan(cfg, self.model)
         keys = list(self.model.state_dict())
         head = set(self.model.head_names)
@@ -331,7 +334,7 @@ class CentralCeiling:
     def __init__(self, cfg: Config, data: FederatedData, batch_size: int) -> None:
         self.cfg = cfg
         self.batch_size = batch_size
-        self.model = _build(cfg, data)
+        self.model = build_initial_model(cfg, data)
         pool = torch.cat([c.train for c in data.clients])
         self.x, self.y = data.batch(pool)
         f = cfg.federation

@@ -205,8 +205,15 @@ def train_clients_batched(
     settings: TrainSettings,
     frozen: set[str] = frozenset(),
     chunk: int | None = None,
+    lr_scales: list[list[float]] | None = None,
 ) -> list[TrainResult]:
     """Train ``clients[i]`` from ``starts[i]`` (not modified) following ``recipe``, all at once.
+
+    ``lr_scales[i][p]``, when given, multiplies the learning rate of client ``i`` in phase ``p``
+    (on top of the phase's ``lr_scale``): clients whose recipes differ only in their phases'
+    learning rates (push-sum's ``1/μ_i``) train together. The SGD step then feeds the kernel
+    ``s·(g + wd·p)`` with no weight decay, which is the same update: ``b' = s·b``,
+    ``p ← p − lr·b'``.
 
     The result equals ``[train_client(model, starts[i], recipe, data, clients[i], rnd,
     settings, frozen) for i ...]`` up to floating-point rounding: the same states, mean losses,
@@ -218,6 +225,10 @@ def train_clients_batched(
         raise ValueError(f"{len(starts)} start states for {len(clients)} clients")
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
+    if lr_scales is not None and (
+        len(lr_scales) != len(clients) or any(len(s) != len(recipe.phases) for s in lr_scales)
+    ):
+        raise ValueError("lr_scales needs one factor per phase for every client")
     reason = can_batch(model, [recipe])
     if reason is not None:
         raise ValueError(f"cannot train batched: {reason}")
@@ -248,6 +259,7 @@ def train_clients_batched(
             rnd,
             settings,
             frozen,
+            None if lr_scales is None else [lr_scales[i] for i in group],
         )
         for i, res in zip(group, trained, strict=True):
             results[i] = res
@@ -274,6 +286,7 @@ def _train_group(
     rnd: int,
     settings: TrainSettings,
     frozen: set[str],
+    lr_scales: list[list[float]] | None = None,
 ) -> list[TrainResult]:
     """Train clients (all with data, sorted by steps per epoch, longest first) together."""
     key_order = list(starts[0])
@@ -302,6 +315,11 @@ def _train_group(
         if missing:
             raise KeyError(f"start states lack trained parameters {missing}")
         lr = settings.lr * phase.lr_scale
+        scale = None
+        if lr_scales is not None:
+            scale = torch.tensor(
+                [f[phase_no] for f in lr_scales], dtype=torch.float32, device=device
+            )
         totals = [epochs * s for s in per_epoch]  # non-increasing
         plain_step = _make_step(model, recipe, phase, key_order, weighted=False)
         weighted_step = _make_step(model, recipe, phase, key_order, weighted=True)
@@ -331,7 +349,14 @@ def _train_group(
                 grads, losses = _grouped_step(plain_step, train, other, drawn, lengths)
             step_losses.append((losses, lengths))
             _sgd_update(
-                [train[k] for k in keys], [grads[k] for k in keys], bufs, t, lr, wd, momentum
+                [train[k] for k in keys],
+                [grads[k] for k in keys],
+                bufs,
+                t,
+                lr,
+                wd,
+                momentum,
+                None if scale is None else scale[:active],
             )
         for i in range(n_clients):
             samples = epochs * _samples_per_epoch(sizes[i], bs, drop_last)
@@ -394,6 +419,7 @@ def _sgd_update(
     lr: float,
     wd: float,
     momentum: float,
+    scale: Tensor | None = None,
 ) -> None:
     """The SGD step of ``train_client`` on the stacked (prefix views of) parameters, in place.
 
@@ -405,6 +431,12 @@ def _sgd_update(
     stacked temporaries would cost more (allocation, cache misses) than the arithmetic itself.
     """
     grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
+    if scale is not None:  # per-client learning-rate factors: feed s·(g + wd·p), no decay
+        if wd:
+            torch._foreach_add_(grads, params, alpha=wd)
+        for g in grads:
+            g.mul_(scale.reshape(-1, *([1] * (g.dim() - 1))))
+        wd = 0.0
     if momentum and t == 0:
         bufs[:] = [torch.empty_like(p) for p in params]
     view = [b[: params[0].shape[0]] for b in bufs] if momentum else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -266,10 +267,18 @@ class Simulation:
         algo = self.algorithm
         if type(algo).local_update is not Algorithm.local_update:
             return {}
+        # Clients whose recipes differ only in their phases' learning-rate factors (push-sum's
+        # 1/μ_i) are grouped, the factors passed per client.
         groups: dict[tuple[Any, TrainSettings], list[int]] = {}
+        factors: dict[int, list[float]] = {}
         for client in clients:
-            key = (algo.recipe(rnd, client), self.train_settings(rnd, client))
-            groups.setdefault(key, []).append(client)
+            recipe = algo.recipe(rnd, client)
+            factors[client] = [p.lr_scale for p in recipe.phases]
+            plain = dataclasses.replace(
+                recipe,
+                phases=tuple(dataclasses.replace(p, lr_scale=1.0) for p in recipe.phases),
+            )
+            groups.setdefault((plain, self.train_settings(rnd, client)), []).append(client)
         out: dict[int, TrainResult] = {}
         frozen = algo.frozen_blocks(rnd)
         for (recipe, settings), members in groups.items():
@@ -286,6 +295,7 @@ class Simulation:
                 settings,
                 frozen,
                 chunk=self.cfg.engine.batch_clients or None,
+                lr_scales=[factors[c] for c in members],
             )
             out.update(zip(members, trained, strict=True))
         return out

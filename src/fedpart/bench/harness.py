@@ -1,0 +1,889 @@
+"""``fedpart bench``: fedpart's engine against a library-style FL loop and a centralized ceiling.
+
+For each workload, four variants run one after the other in this process, on the same
+:class:`~fedpart.engine.data.FederatedData` (built once, outside the measurements) and seed:
+
+``naive``
+    :class:`fedpart.bench.naive.NaiveFederation`: model deep copies, ``DataLoader``\\ s,
+    ``torch.optim.SGD`` per client and round, state-dict averaging, full per-client copies,
+    and per-client evaluation of every client every round (the PFLlib / FL-bench way).
+``sequential`` / ``batched``
+    fedpart's :class:`~fedpart.engine.simulation.Simulation` with ``engine.backend`` set so;
+    ``run_round`` (local training + aggregation) and ``evaluate`` (every client) are timed.
+    Where the method or model cannot be batched the row says why (``auto`` then runs
+    sequentially).
+``ceiling``
+    :class:`fedpart.bench.naive.CentralCeiling`: one model, one SGD loop over an in-memory
+    tensor, on as many samples per round as the federation trains, with batch size
+    (clients per round) x (local batch size); no evaluation.
+
+Each variant runs a warm-up round (round 0), then ``--repeats`` timed rounds; the report gives
+medians (``time.perf_counter``). Memory: a background thread samples the process's resident set
+(``/proc/self/statm``) every 10 ms while the variant runs (setup included); the report gives the
+peak minus the RSS just before the variant, and the absolute peak. Freed memory is handed back to
+the OS (``malloc_trim``) between variants so that one variant's leftovers do not hide the next's.
+
+The ``scale1000`` workload runs one FedPer round of the default backend with 1,000 clients
+(10% participation) and evaluates all of them, reporting time and peak memory only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from fedpart.config import Config
+from fedpart.data.sources import DatasetBundle, load_dataset
+from fedpart.engine.data import FederatedData, build_federated_data
+from fedpart.errors import FedpartError
+
+__all__ = [
+    "WORKLOADS",
+    "BenchOptions",
+    "RssSampler",
+    "VariantResult",
+    "WorkloadResult",
+    "format_report",
+    "main",
+    "parse_args",
+    "run_bench",
+]
+
+MB = 1024 * 1024
+#: the acceptance target of ``scale1000``: peak process memory below this
+SCALE_TARGET_BYTES = 3 * 1024**3
+
+
+# ----------------------------------------------------------------------------- workloads
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark: a method, a model and its federation settings on the shared partition."""
+
+    name: str
+    title: str
+    algorithm: dict[str, Any]
+    model: str = "fedavgcnn"
+    federation: dict[str, Any] = field(default_factory=dict)
+    all_clients: bool = False  # decentralized: every client trains every round
+    scale: bool = False  # time and memory of one default-backend round only
+
+
+#: the fedseqlayer paper's MNIST protocol (configs/centralized/fedper.yaml)
+FEDSEQLAYER = {
+    "join_ratio": 0.1,
+    "local_epochs": 1,
+    "batch_size": 10,
+    "lr": 0.005,
+    "drop_last": True,
+}
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("fedavg", "FedAvg", {"name": "fedavg"}),
+        Workload("fedper", "FedPer", {"name": "fedper"}),
+        Workload("fedrep", "FedRep (1 head epoch, then 1 body epoch)", {"name": "fedrep"}),
+        Workload(
+            "lenet5",
+            "FedAvg with LeNet5 (BatchNorm), FedCMD protocol (batch 32, 5 local epochs)",
+            {"name": "fedavg"},
+            model="lenet5",
+            federation={"batch_size": 32, "local_epochs": 5},
+        ),
+        Workload(
+            "dfedpgp",
+            "DFedPGP (decentralized push-sum, kout-10 graph; every client trains every round; "
+            "momentum 0.9, weight decay 5e-3)",
+            {"name": "dfedpgp"},
+            federation={"momentum": 0.9, "weight_decay": 0.005},
+            all_clients=True,
+        ),
+        Workload("scale1000", "FedPer at scale", {"name": "fedper"}, scale=True),
+    )
+}
+
+#: per dataset: (clients, min_size, scale clients, scale min_size)
+DATASET_DEFAULTS: dict[str, tuple[int, int, int, int]] = {
+    "mnist": (100, 40, 1000, 10),
+    "fmnist": (100, 40, 1000, 10),
+    "digits": (20, 10, 100, 5),
+}
+
+
+@dataclass
+class BenchOptions:
+    """The parsed command line."""
+
+    workloads: list[str]
+    repeats: int = 3
+    threads: int = 1
+    data_root: str | None = None
+    dataset: str = "mnist"
+    clients: int | None = None
+    min_size: int | None = None
+    scale_clients: int | None = None
+    scale_min_size: int | None = None
+    seed: int = 0
+    out: str | None = None
+    argv: list[str] = field(default_factory=list)
+
+    def resolved_root(self) -> str:
+        if self.data_root:
+            return self.data_root
+        repo = Path(__file__).resolve().parents[3]
+        if (repo / "pyproject.toml").is_file():
+            return str((repo.parent / "shared" / "data").resolve())
+        return "../shared/data"
+
+    def partition(self, scale: bool) -> tuple[int, int]:
+        clients, min_size, s_clients, s_min = DATASET_DEFAULTS[self.dataset]
+        if scale:
+            return (self.scale_clients or s_clients, self._or(self.scale_min_size, s_min))
+        return (self.clients or clients, self._or(self.min_size, min_size))
+
+    @staticmethod
+    def _or(value: int | None, default: int) -> int:
+        return default if value is None else value
+
+
+def workload_config(w: Workload, opts: BenchOptions, backend: str) -> Config:
+    """The :class:`Config` of a workload (the fedseqlayer protocol plus the workload's changes)."""
+    clients, min_size = opts.partition(w.scale)
+    model: dict[str, Any] = {"name": w.model}
+    if opts.dataset == "digits" and w.model == "fedavgcnn":
+        model["padding"] = 2
+    return Config.from_dict(
+        {
+            "seed": opts.seed,
+            "dataset": {
+                "name": opts.dataset,
+                "root": opts.resolved_root(),
+                "merge_test": True,
+                "download": False,
+            },
+            "partition": {
+                "kind": "dirichlet",
+                "num_clients": clients,
+                "alpha": 0.1,
+                "min_size": min_size,
+                "split": [0.75, 0.0, 0.25],
+            },
+            "model": model,
+            "algorithm": dict(w.algorithm),
+            "federation": {**FEDSEQLAYER, **w.federation, "rounds": 1 + opts.repeats},
+            "engine": {"backend": backend, "threads": opts.threads},
+            "output": {"checkpoint_every": 0},
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- memory
+def rss_bytes() -> int:
+    """The resident set size of this process (0 where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def release_memory() -> None:
+    """Collect garbage and hand freed heap memory back to the OS (glibc), best effort."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class RssSampler:
+    """Samples the process RSS every ``interval`` seconds in a background thread.
+
+    ``baseline``: the RSS when entered; ``peak``: the highest RSS seen (the last sample is taken
+    on exit); ``delta``: ``peak - baseline``.
+    """
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.baseline = 0
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def _run(self) -> None:
+        try:
+            f = open("/proc/self/statm", "rb", buffering=0)  # noqa: SIM115 - kept open to sample
+        except OSError:
+            return
+        with f:
+            while not self._stop.is_set():
+                f.seek(0)
+                value = int(f.read().split()[1]) * self._page
+                if value > self.peak:
+                    self.peak = value
+                self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self.baseline = rss_bytes()
+        self.peak = self.baseline
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.peak = max(self.peak, rss_bytes())
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def delta(self) -> int:
+        return max(0, self.peak - self.baseline)
+
+
+# ----------------------------------------------------------------------------- variants
+class Runner(Protocol):
+    backend: str
+
+    def train_round(self, rnd: int) -> int: ...
+
+    def evaluate(self) -> dict[str, Any] | None: ...
+
+
+class EngineRunner:
+    """fedpart's Simulation, counting the client-samples its local updates trained on."""
+
+    def __init__(self, cfg: Config, data: FederatedData) -> None:
+        from fedpart.engine.simulation import Simulation
+
+        self.sim = Simulation(cfg, data=data)
+        self.backend = self.sim.backend
+        self.samples = 0
+        inner = self.sim.train_clients
+
+        def counting(rnd: int, clients: list[int]) -> Any:
+            results, stats = inner(rnd, clients)
+            self.samples += sum(r.samples for r in results.values())
+            return results, stats
+
+        self.sim.train_clients = counting  # type: ignore[method-assign]
+
+    def train_round(self, rnd: int) -> int:
+        self.samples = 0
+        self.sim.run_round(rnd)
+        return self.samples
+
+    def evaluate(self) -> dict[str, Any]:
+        return self.sim.evaluate()
+
+
+class NaiveRunner:
+    backend = "naive (PFLlib/FL-bench style)"
+
+    def __init__(self, cfg: Config, data: FederatedData) -> None:
+        from fedpart.bench.naive import NaiveFederation
+
+        self.fed = NaiveFederation(cfg, data)
+
+    def train_round(self, rnd: int) -> int:
+        return self.fed.train_round(rnd)
+
+    def evaluate(self) -> dict[str, Any]:
+        return self.fed.evaluate()
+
+
+class CeilingRunner:
+    def __init__(
+        self, cfg: Config, data: FederatedData, batch_size: int, samples: dict[int, int]
+    ) -> None:
+        from fedpart.bench.naive import CentralCeiling
+
+        self.backend = f"central SGD, batch {batch_size}"
+        self.ceiling = CentralCeiling(cfg, data, batch_size)
+        self.samples = samples
+
+    def train_round(self, rnd: int) -> int:
+        return self.ceiling.train_round(rnd, self.samples[rnd])
+
+    def evaluate(self) -> None:
+        return None
+
+
+@dataclass
+class VariantResult:
+    """One variant's measurements (medians over the timed rounds); ``na`` when not run."""
+
+    variant: str
+    backend: str = ""
+    na: str | None = None
+    samples_per_round: float = math.nan
+    samples_per_s: float = math.nan
+    train_s: float = math.nan
+    eval_s: float | None = math.nan
+    end_to_end_s: float = math.nan
+    setup_s: float = math.nan
+    peak_delta_bytes: int = 0
+    peak_bytes: int = 0
+    accuracy: float | None = None
+    rounds: list[dict[str, float]] = field(default_factory=list)
+
+
+def measure(variant: str, make: Callable[[], Runner], repeats: int) -> VariantResult:
+    """Build a runner and run a warm-up round plus ``repeats`` timed rounds under an RSS sampler."""
+    release_memory()
+    rows: list[dict[str, float]] = []
+    accuracy = None
+    has_eval = True
+    with RssSampler() as mem:
+        t0 = time.perf_counter()
+        runner = make()
+        setup = time.perf_counter() - t0
+        backend = runner.backend
+        for rnd in range(repeats + 1):
+            t0 = time.perf_counter()
+            samples = runner.train_round(rnd)
+            t1 = time.perf_counter()
+            row = runner.evaluate()
+            t2 = time.perf_counter()
+            has_eval = row is not None
+            if row is not None and row.get("accuracy") is not None:
+                accuracy = float(row["accuracy"])
+            if rnd > 0:
+                rows.append(
+                    {"round": rnd, "samples": samples, "train_s": t1 - t0, "eval_s": t2 - t1}
+                )
+        del runner
+    release_memory()
+    med = statistics.median
+    return VariantResult(
+        variant=variant,
+        backend=backend,
+        samples_per_round=med(r["samples"] for r in rows),
+        samples_per_s=med(r["samples"] / r["train_s"] for r in rows),
+        train_s=med(r["train_s"] for r in rows),
+        eval_s=med(r["eval_s"] for r in rows) if has_eval else None,
+        end_to_end_s=med(r["train_s"] + r["eval_s"] for r in rows),
+        setup_s=setup,
+        peak_delta_bytes=mem.delta,
+        peak_bytes=mem.peak,
+        accuracy=accuracy,
+        rounds=rows,
+    )
+
+
+@dataclass
+class WorkloadResult:
+    """The rows of one workload, or the reason it was skipped."""
+
+    workload: Workload
+    description: str
+    variants: list[VariantResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    scale: dict[str, Any] | None = None
+
+
+# ----------------------------------------------------------------------------- running
+class DataCache:
+    """Datasets and partitions built once per process and shared by the variants."""
+
+    def __init__(self) -> None:
+        self.bundles: dict[tuple[str, str | None], DatasetBundle] = {}
+        self.parts: dict[tuple[Any, ...], FederatedData] = {}
+
+    def bundle(self, cfg: Config) -> DatasetBundle:
+        key = (cfg.dataset.name, cfg.dataset.root)
+        if key not in self.bundles:
+            self.bundles[key] = load_dataset(
+                cfg.dataset.name, cfg.dataset.root, download=False, **cfg.dataset.options
+            )
+        return self.bundles[key]
+
+    def data(self, cfg: Config) -> FederatedData:
+        p = cfg.partition
+        key = (cfg.dataset.name, cfg.dataset.root, cfg.seed, p.num_clients, p.alpha, p.min_size)
+        if key not in self.parts:
+            self.parts[key] = build_federated_data(cfg, self.bundle(cfg))
+        return self.parts[key]
+
+
+def batched_unavailable(cfg: Config, data: FederatedData) -> str | None:
+    """Why ``engine.backend=batched`` cannot run this config (short), or ``None``."""
+    from fedpart.algorithms import ALGORITHMS
+    from fedpart.engine.batched import can_batch
+    from fedpart.models import build_model
+
+    algo = ALGORITHMS[cfg.algorithm.name]
+    if "batched" not in algo.backends:
+        if cfg.algorithm.name == "dfedpgp":
+            return "per-client push-sum step size; method is sequential-only"
+        return f"{cfg.algorithm.name} is sequential-only"
+    model = build_model(
+        cfg.model.name,
+        num_classes=data.num_classes,
+        input_shape=tuple(data.bundle.input_shape),
+        **cfg.model.options,
+    )
+    reason = can_batch(model, [])
+    if reason is None:
+        return None
+    if "buffers" in reason:
+        return "BatchNorm"
+    if "dropout" in reason:
+        return "dropout"
+    return reason
+
+
+def describe(w: Workload, cfg: Config, data: FederatedData, ceiling_batch: int) -> str:
+    f = cfg.federation
+    p = cfg.partition
+    per_round = p.num_clients if w.all_clients else max(1, round(f.join_ratio * p.num_clients))
+    train = sum(c.num_train for c in data.clients)
+    test = sum(int(c.test.numel()) for c in data.clients)
+    text = (
+        f"{w.title}; model `{cfg.model.name}`; {cfg.dataset.name} ({train:,} train / {test:,} "
+        f"test samples over {p.num_clients} clients, Dir({p.alpha:g}), min_size {p.min_size}, "
+        f"75/25 split); {per_round} clients per round, batch {f.batch_size}, "
+        f"{f.local_epochs} local epoch(s), lr {f.lr:g}"
+    )
+    if f.momentum or f.weight_decay:
+        text += f", momentum {f.momentum:g}, weight decay {f.weight_decay:g}"
+    if not w.scale:
+        text += f"; ceiling batch {ceiling_batch}"
+    return text
+
+
+def run_workload(
+    w: Workload, opts: BenchOptions, cache: DataCache, log: Callable
+) -> WorkloadResult:
+    """Run the naive, sequential, batched and ceiling variants of one workload."""
+    from fedpart.bench.naive import build_initial_model, round_samples
+
+    cfg = workload_config(w, opts, "sequential")
+    try:
+        data = cache.data(cfg)
+        model = build_initial_model(cfg, data)
+    except FedpartError as exc:
+        return WorkloadResult(w, w.title, skipped=str(exc))
+    f = cfg.federation
+    per_round = (
+        data.num_clients if w.all_clients else max(1, round(f.join_ratio * data.num_clients))
+    )
+    ceiling_batch = per_round * f.batch_size
+    result = WorkloadResult(w, describe(w, cfg, data, ceiling_batch))
+    planned = {r: round_samples(cfg, data, model, r) for r in range(opts.repeats + 1)}
+    del model
+
+    def naive() -> Runner:
+        return NaiveRunner(cfg, data)
+
+    def engine(backend: str) -> Callable[[], Runner]:
+        return lambda: EngineRunner(workload_config(w, opts, backend), data)
+
+    def ceiling() -> Runner:
+        return CeilingRunner(cfg, data, ceiling_batch, planned)
+
+    plan: list[tuple[str, Callable[[], Runner] | None, str | None]] = [
+        ("naive", naive, None),
+        ("sequential", engine("sequential"), None),
+    ]
+    why = batched_unavailable(cfg, data)
+    plan.append(("batched", None if why else engine("batched"), why))
+    plan.append(("ceiling", ceiling, None))
+    for variant, make, na in plan:
+        if make is None:
+            result.variants.append(VariantResult(variant, na=f"n/a ({na})"))
+            result.notes.append(
+                f"batched: n/a ({na}); `engine.backend=auto` runs this workload sequentially."
+            )
+            continue
+        log(f"[bench] {w.name}: {variant} ...")
+        v = measure(variant, make, opts.repeats)
+        log(
+            f"[bench] {w.name}: {variant}: {v.samples_per_s:,.0f} samples/s, "
+            f"train {v.train_s:.3f} s, end-to-end {v.end_to_end_s:.3f} s"
+        )
+        result.variants.append(v)
+    counts = {v.variant: v.samples_per_round for v in result.variants if v.na is None}
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{k} {c:,.0f}" for k, c in counts.items())
+        result.notes.append(f"WARNING: the variants trained different sample counts: {shown}")
+    return result
+
+
+def run_scale(w: Workload, opts: BenchOptions, cache: DataCache, log: Callable) -> WorkloadResult:
+    """One round of the default backend (training + evaluation of every client), time and memory."""
+    from fedpart.engine.simulation import Simulation
+
+    cfg = workload_config(w, opts, "auto")
+    try:
+        cache.bundle(cfg)
+    except FedpartError as exc:
+        return WorkloadResult(w, w.title, skipped=str(exc))
+    log(f"[bench] {w.name}: partition + one round ...")
+    release_memory()
+    try:
+        with RssSampler() as mem:
+            t0 = time.perf_counter()
+            data = build_federated_data(cfg, cache.bundle(cfg))
+            t1 = time.perf_counter()
+            sim = Simulation(cfg, data=data)
+            t2 = time.perf_counter()
+            row = sim.run_round(0)
+            t3 = time.perf_counter()
+            ev = sim.evaluate()
+            t4 = time.perf_counter()
+            personal = sim.store.personal_bytes()
+            backend = sim.backend
+            del sim
+    except FedpartError as exc:
+        return WorkloadResult(w, w.title, skipped=str(exc))
+    release_memory()
+    result = WorkloadResult(w, describe(w, cfg, data, 0))
+    del data
+    result.scale = {
+        "backend": backend,
+        "clients": cfg.partition.num_clients,
+        "participants": int(row["participants"]),
+        "partition_s": t1 - t0,
+        "setup_s": t2 - t1,
+        "train_s": t3 - t2,
+        "eval_s": t4 - t3,
+        "end_to_end_s": t4 - t2,
+        "peak_delta_bytes": mem.delta,
+        "peak_bytes": mem.peak,
+        "personal_bytes": personal,
+        "accuracy": ev.get("accuracy"),
+    }
+    log(f"[bench] {w.name}: {t4 - t2:.2f} s, peak RSS {mem.peak / MB:,.0f} MB")
+    return result
+
+
+def run_bench(opts: BenchOptions, log: Callable[[str], None] | None = None) -> list[WorkloadResult]:
+    """Run the selected workloads (``scale1000`` first, on a clean process) and return the data."""
+    say = log or (lambda msg: None)
+    torch.set_num_threads(opts.threads)
+    cache = DataCache()
+    order = sorted(opts.workloads, key=lambda n: 0 if WORKLOADS[n].scale else 1)
+    results: dict[str, WorkloadResult] = {}
+    for name in order:
+        w = WORKLOADS[name]
+        results[name] = (
+            run_scale(w, opts, cache, say) if w.scale else run_workload(w, opts, cache, say)
+        )
+    return [results[n] for n in opts.workloads]
+
+
+# ----------------------------------------------------------------------------- report
+def machine_info(threads: int) -> list[str]:
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        usable = os.cpu_count() or 0
+    try:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover
+        load = "n/a"
+    mem = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f", {int(line.split()[1]) / 1024**2:.1f} GiB RAM"
+                break
+    return [
+        f"- machine: {model}, {os.cpu_count()} cores ({usable} usable){mem}; "
+        f"{platform.system()} {platform.release()}",
+        f"- Python {platform.python_version()}, torch {torch.__version__}, "
+        f"torch threads {threads} (intra-op, set once for all variants)",
+        f"- load average (1, 5, 15 min) at the start: {load}",
+    ]
+
+
+def _num(x: float | None, fmt: str) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return format(x, fmt)
+
+
+def _ratio(a: float, b: float) -> str:
+    if not (a > 0 and b > 0) or math.isnan(a) or math.isnan(b):
+        return "—"
+    return f"{a / b:.2f}×"
+
+
+COLUMNS = [
+    "variant",
+    "backend",
+    "client-samples/round",
+    "samples/s (train)",
+    "train s/round",
+    "eval s/round",
+    "end-to-end s/round",
+    "setup s",
+    "peak Δ RSS MB",
+    "peak RSS MB",
+    "train speed vs naive",
+    "end-to-end vs naive",
+    "train speed vs ceiling",
+    "accuracy %",
+]
+
+SCALE_COLUMNS = [
+    "backend",
+    "clients",
+    "trained / round",
+    "partition s",
+    "setup s",
+    "train s",
+    "eval s (all clients)",
+    "end-to-end s",
+    "peak Δ RSS MB",
+    "peak RSS MB",
+    "personal state MB",
+    "peak < 3 GB",
+]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def workload_table(result: WorkloadResult) -> list[str]:
+    by = {v.variant: v for v in result.variants if v.na is None}
+    naive = by.get("naive")
+    ceiling = by.get("ceiling")
+    rows = []
+    for v in result.variants:
+        if v.na is not None:
+            rows.append([v.variant, v.na] + ["—"] * (len(COLUMNS) - 2))
+            continue
+        vs_naive = _ratio(v.samples_per_s, naive.samples_per_s) if naive else "—"
+        e2e_naive = _ratio(naive.end_to_end_s, v.end_to_end_s) if naive and v.eval_s else "—"
+        vs_ceiling = _ratio(v.samples_per_s, ceiling.samples_per_s) if ceiling else "—"
+        rows.append(
+            [
+                v.variant,
+                v.backend,
+                _num(v.samples_per_round, ",.0f"),
+                _num(v.samples_per_s, ",.0f"),
+                _num(v.train_s, ".3f"),
+                _num(v.eval_s, ".3f"),
+                _num(v.end_to_end_s, ".3f"),
+                _num(v.setup_s, ".2f"),
+                _num(v.peak_delta_bytes / MB, ",.0f"),
+                _num(v.peak_bytes / MB, ",.0f"),
+                vs_naive,
+                e2e_naive,
+                vs_ceiling,
+                _num(None if v.accuracy is None else 100 * v.accuracy, ".2f"),
+            ]
+        )
+    return _table(COLUMNS, rows)
+
+
+def scale_table(s: dict[str, Any]) -> list[str]:
+    row = [
+        s["backend"],
+        f"{s['clients']:,}",
+        f"{s['participants']:,}",
+        f"{s['partition_s']:.2f}",
+        f"{s['setup_s']:.2f}",
+        f"{s['train_s']:.3f}",
+        f"{s['eval_s']:.3f}",
+        f"{s['end_to_end_s']:.3f}",
+        f"{s['peak_delta_bytes'] / MB:,.0f}",
+        f"{s['peak_bytes'] / MB:,.0f}",
+        f"{s['personal_bytes'] / MB:,.1f}",
+        "yes" if s["peak_bytes"] < SCALE_TARGET_BYTES else "NO",
+    ]
+    return _table(SCALE_COLUMNS, [row])
+
+
+def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s: float) -> str:
+    lines = ["# fedpart bench", ""]
+    lines += machine_info(opts.threads)
+    lines.append(f"- command: `{shlex.join(['fedpart', 'bench', *opts.argv])}`")
+    lines.append(
+        f"- data: {opts.dataset}"
+        + ("" if opts.dataset == "digits" else f" from `{opts.resolved_root()}`")
+        + f"; seed {opts.seed}; 1 warm-up round, then {opts.repeats} timed round(s), medians"
+    )
+    lines.append(f"- total wall time: {wall_s:.1f} s")
+    lines += [
+        "",
+        "Columns: *client-samples/round* = samples trained on per round summed over clients, "
+        "phases and epochs (the same for every variant); *samples/s* = that over the training "
+        "time; *train* = local training + aggregation (`run_round`); *eval* = every client's "
+        "personalised model on its own test split; *peak Δ RSS* = peak resident memory during "
+        "the variant (setup included) minus the RSS before it; *vs naive* / *vs ceiling* = "
+        "speed ratios (higher is faster); *accuracy* = mean per-client accuracy after the last "
+        "timed round (a check that every loop learns, not a result).",
+    ]
+    for r in results:
+        lines += ["", f"## {r.workload.name}", ""]
+        if r.skipped:
+            lines.append(f"skipped: {r.skipped}")
+            continue
+        lines += [r.description, ""]
+        if r.scale is not None:
+            lines += scale_table(r.scale)
+            acc = r.scale.get("accuracy")
+            lines += [
+                "",
+                "One round of `engine.backend=auto` (training of the sampled clients + "
+                "aggregation), then evaluation of every client; no warm-up; peak RSS is the "
+                f"whole process's (target < 3 GB). Accuracy after the round: "
+                f"{_num(None if acc is None else 100 * acc, '.2f')} %.",
+            ]
+            continue
+        lines += workload_table(r)
+        if r.notes:
+            lines.append("")
+            lines += [f"- {n}" for n in r.notes]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- CLI
+def _workload_list(text: str) -> list[str]:
+    if text.strip() in ("", "all"):
+        return list(WORKLOADS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown workload(s) {', '.join(unknown)}; valid: {', '.join(WORKLOADS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Time and memory of fedpart's engine (sequential and batched backends) "
+        "against a PFLlib/FL-bench-style loop and a centralized training ceiling.",
+    )
+    p.add_argument(
+        "--workloads",
+        type=_workload_list,
+        default=list(WORKLOADS),
+        help=f"comma-separated, default all: {', '.join(WORKLOADS)}",
+    )
+    p.add_argument("--repeats", type=_positive, default=3, help="timed rounds (default 3)")
+    p.add_argument("--threads", type=_positive, default=1, help="torch threads (default 1)")
+    p.add_argument(
+        "--data-root", default=None, help="dataset folder (default ../shared/data from the repo)"
+    )
+    p.add_argument(
+        "--dataset",
+        choices=sorted(DATASET_DEFAULTS),
+        default="mnist",
+        help="mnist (default), fmnist, or digits (bundled, offline; for quick runs)",
+    )
+    p.add_argument(
+        "--clients", type=_positive, default=None, help="clients (default 100; digits 20)"
+    )
+    p.add_argument(
+        "--min-size",
+        type=_non_negative,
+        default=None,
+        help="Dirichlet min_size (default 40; digits 10)",
+    )
+    p.add_argument(
+        "--scale-clients",
+        type=_positive,
+        default=None,
+        help="clients of scale1000 (default 1000; digits 100)",
+    )
+    p.add_argument(
+        "--scale-min-size",
+        type=_non_negative,
+        default=None,
+        help="min_size of scale1000 (default 10; digits 5)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    p.add_argument("--out", default=None, help="also write the markdown report to this file")
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> BenchOptions:
+    args = build_parser().parse_args(list(argv))
+    return BenchOptions(
+        workloads=args.workloads,
+        repeats=args.repeats,
+        threads=args.threads,
+        data_root=args.data_root,
+        dataset=args.dataset,
+        clients=args.clients,
+        min_size=args.min_size,
+        scale_clients=args.scale_clients,
+        scale_min_size=args.scale_min_size,
+        seed=args.seed,
+        out=args.out,
+        argv=list(argv),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``fedpart bench [options]``: ``argv`` holds the options after ``bench``
+    (default ``sys.argv[1:]``). Prints the markdown report (progress goes to stderr);
+    returns 0, or 2 on a usage error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    results = run_bench(opts, log)
+    report = format_report(opts, results, time.perf_counter() - t0)
+    print(report, end="")
+    if opts.out:
+        out = Path(opts.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
