@@ -49,11 +49,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_one(cfg: object, out: Path, quiet: bool = True) -> Path:
+    """One run of ``fedpart compare`` (a top-level function, so worker processes can run it)."""
+    from fedpart.engine.simulation import Simulation
+
+    result = Simulation(cfg, run_dir=out, quiet=quiet).run()  # type: ignore[arg-type]
+    return Path(result.run_dir)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from fedpart.algorithms import ALGORITHMS
     from fedpart.config import load_config
-    from fedpart.engine.simulation import Simulation
     from fedpart.report import compare_table, load_run
+    from fedpart.tracking.run_dir import RunDir
 
     base = load_config(args.config, args.overrides)
     names = (
@@ -69,7 +77,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out_template = (
         base.output.dir if "{algorithm}" in base.output.dir else base.output.dir + "/{algorithm}"
     )
-    runs = []
+    jobs = []
     for name in names:
         out = Path(
             out_template.format(
@@ -77,10 +85,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         )
         cfg = base.with_overrides([f"algorithm.name={name}", f"output.dir={out}"])
-        if not args.quiet:
-            print(f"[{len(runs) + 1}/{len(names)}] {name} -> {out}", file=sys.stderr)
-        result = Simulation(cfg, run_dir=out, quiet=args.quiet).run()
-        runs.append(load_run(result.run_dir))
+        if not cfg.output.overwrite:
+            RunDir(out).prepare(False)  # an occupied directory fails before any run starts
+        jobs.append((name, cfg, out))
+    if args.jobs > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(args.jobs, len(jobs)), mp_context=ctx) as pool:
+            futures = [pool.submit(_run_one, cfg, out) for _, cfg, out in jobs]
+            dirs = []
+            for done, ((name, _, out), fut) in enumerate(zip(jobs, futures, strict=True), 1):
+                dirs.append(fut.result())
+                if not args.quiet:
+                    print(f"[{done}/{len(jobs)}] {name} -> {out}", file=sys.stderr)
+    else:
+        dirs = []
+        for done, (name, cfg, out) in enumerate(jobs, 1):
+            if not args.quiet:
+                print(f"[{done}/{len(jobs)}] {name} -> {out}", file=sys.stderr)
+            dirs.append(_run_one(cfg, out, args.quiet))
+    runs = [load_run(d) for d in dirs]
     print(compare_table(runs))
     return 0
 
@@ -183,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--algorithms", help="comma-separated names (default: every applicable method)")
+    p.add_argument(
+        "--jobs", type=int, default=2, help="runs in parallel, one process each (default 2)"
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_compare, stamp=time.strftime("%Y%m%d-%H%M%S"))
 
