@@ -14,7 +14,7 @@ def test_quickstart_config_loads():
     cfg = load_config("configs/quickstart.yaml", ["federation.rounds=3"])
     assert cfg.federation.rounds == 3
     assert cfg.dataset.name == "digits"
-    assert cfg.model.options == {"padding": 2}
+    assert cfg.model.options == {"padding": 2, "width": 4}
 
 
 def test_unknown_key_names_valid_choices():
@@ -82,3 +82,12 @@ def test_missing_and_broken_files(tmp_path):
     bad.write_text("seed: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(str(p) for p in __import__("pathlib").Path("configs").rglob("*.yaml")),
+)
+def test_every_shipped_config_validates(path):
+    cfg = load_config(path)
+    assert cfg.federation.rounds > 0

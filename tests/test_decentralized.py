@@ -121,8 +121,9 @@ def test_dfedavgm_sends_the_model_on_every_edge(tiny_cfg):
     assert row["participants"] == 6  # every client trains every round
 
 
-def test_dfedavgmp_sends_only_the_body(tiny_cfg):
-    res = fedpart.run(_cfg(tiny_cfg, "dfedavgmp", topology={"neighbors": 2}), write=False)
+def _run_with_body_bytes(tiny_cfg, algorithm):
+    """A 2-round run on a 2-neighbour graph and the byte size of the model's body."""
+    res = fedpart.run(_cfg(tiny_cfg, algorithm, topology={"neighbors": 2}), write=False)
     sim = res.simulation
     head = set(sim.model.head_names)
     body_bytes = sum(
@@ -130,6 +131,11 @@ def test_dfedavgmp_sends_only_the_body(tiny_cfg):
         for k, v in sim.store.global_state.items()
         if sim.model.block_of(k) not in head
     )
+    return res, body_bytes
+
+
+def test_dfedavgmp_sends_only_the_body(tiny_cfg):
+    res, body_bytes = _run_with_body_bytes(tiny_cfg, "dfedavgmp")
     assert res.metrics[0]["up_bytes"] == 12 * body_bytes
 
 
@@ -228,3 +234,13 @@ def test_default_topology_adapts_to_small_federations(tiny_cfg):
     sim = Simulation(Config.from_dict(_cfg(tiny_cfg, "dfedpgp")))
     assert sim.topology.k == 5 and sim.topology.name == "kout"
     assert np.all(sim.topology.graph(0).adj.sum(1) == 5)
+
+
+def test_dfedpgp_sends_the_body_and_one_scalar_per_out_edge(tiny_cfg):
+    res, body_bytes = _run_with_body_bytes(tiny_cfg, "dfedpgp")
+    sim = res.simulation
+    for rnd, row in enumerate(res.metrics):
+        edges = len(sim.topology.graph(rnd).edges())
+        assert edges == 6 * 2  # k out-edges per client, self-loops carry nothing
+        assert row["messages"] == edges
+        assert row["up_bytes"] == row["down_bytes"] == edges * (body_bytes + 8)  # μ in float64

@@ -53,7 +53,7 @@ def test_registry_lists_every_model_with_documented_options() -> None:
     for name, info in MODELS.items():
         assert isinstance(info, ModelInfo) and info.name == name and info.description
         assert all(isinstance(doc, str) and doc for doc in info.options.values())
-    assert set(MODELS["fedavgcnn"].options) == {"padding"}
+    assert set(MODELS["fedavgcnn"].options) == {"padding", "width"}
     assert set(MODELS["lenet5"].options) == {"fc_layers"}
     assert set(MODELS["pa3dfl_cnn"].options) == {"variant"}
     assert set(MODELS["resnet18"].options) == {"stem", "norm", "gn_groups"}

@@ -100,7 +100,11 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--methods", default=None, help="comma-separated labels (default: all)")
-    ap.add_argument("--no-sweep", action="store_true", help="uapdfl: skip the N_com sweep")
+    ap.add_argument(
+        "--sweep",
+        default="beta=0.5",
+        help="uapdfl: partitions of the N_com sweep, comma-separated (empty: no sweep)",
+    )
     ap.add_argument("--data-root", default=DATA_ROOT)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/decentralized/runs"))
     args = ap.parse_args()
@@ -138,8 +142,10 @@ def main() -> None:
                 jobs.append(Job(name, CONFIGS / base, out / name, tuple(over)))
                 keys.append((part, label, seed))
     sweep: list[tuple[str, int, int]] = []
-    if args.study == "uapdfl" and not args.no_sweep and "uapdfl" in ALGORITHMS:
-        for part, part_over in partitions.items():
+    sweep_parts = [p for p in args.sweep.split(",") if p] if args.study == "uapdfl" else []
+    if sweep_parts and "uapdfl" in ALGORITHMS:
+        for part in sweep_parts:
+            part_over = partitions[part]
             for ncom in (1, 15, 29):
                 for seed in seeds:
                     name = f"{part}/UA-PDFL-ncom{ncom}-seed{seed}"
@@ -189,7 +195,7 @@ def main() -> None:
             "| partition | N_com=1 | N_com=5 | N_com=15 | N_com=29 | paper (CNN CIFAR-10, Tables 3-4) |"
         )
         print("| --- | --- | --- | --- | --- | --- |")
-        for part in partitions:
+        for part in sweep_parts:
             cells = []
             for ncom in (1, 5, 15, 29):
                 runs = results[(part, "UA-PDFL")] if ncom == 5 else sweep_results[(part, ncom)]

@@ -73,6 +73,7 @@ class UAPDFL(Decentralized):
     """Unit-representation divergence decides: copy one peer, share g and h, or share g only."""
 
     name = "uapdfl"
+    backends = ("sequential",)  # its own local update and a per-client alignment target
     summary = (
         "UA-PDFL: unit-representation divergence picks per peer full copy / g+h / g only; "
         "aux. representation regulariser."
