@@ -1,4 +1,4 @@
-"""The command line: ``fedpart run | compare | list | partition | report``."""
+"""The command line: ``fedpart run | compare | list | partition | report | bench``."""
 
 from __future__ import annotations
 
@@ -215,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_compare, stamp=time.strftime("%Y%m%d-%H%M%S"))
 
+    sub.add_parser(
+        "bench",
+        help="performance harness: naive loop vs sequential vs batched vs a centralized "
+        "ceiling (fedpart bench --help)",
+        add_help=False,
+    )
+
     p = sub.add_parser("list", help="list algorithms, datasets, models, partitions, topologies")
     p.add_argument(
         "what",
@@ -240,6 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fedpart`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # the harness parses its own options
+        from fedpart.bench.harness import main as bench_main
+
+        try:
+            return bench_main(argv[1:])
+        except FedpartError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
