@@ -76,24 +76,30 @@ def test_batched_equals_sequential(tiny_cfg, algorithm, options):
         assert r1["up_bytes"] == r2["up_bytes"] and r1["compute_proxy"] == r2["compute_proxy"]
 
 
-def test_auto_picks_batched_where_it_applies(tiny_cfg):
+def test_auto_picks_the_fastest_exact_backend(tiny_cfg):
     from fedpart.algorithms import ALGORITHMS
     from fedpart.models import build_model
 
-    def backend(algo, engine="auto", model="mlp"):
+    def backend(algo, engine="auto", model="mlp", device="cpu"):
         cfg = Config.from_dict(
-            {**tiny_cfg, "algorithm": {"name": algo}, "engine": {"backend": engine}}
+            {
+                **tiny_cfg,
+                "algorithm": {"name": algo},
+                "engine": {"backend": engine, "device": device},
+            }
         )
         net = build_model(model, num_classes=10, input_shape=(1, 28, 28))
         return resolve_backend(cfg, ALGORITHMS[algo].__new__(ALGORITHMS[algo]), net)
 
-    assert backend("fedper") == "batched"
+    assert backend("fedper") == "sequential"  # on the CPU the reference is the fastest
+    assert backend("fedper", engine="batched") == "batched"
     assert backend("ditto") == "sequential"
-    assert backend("dfedpgp") == "batched"
-    assert backend("fedper", model="lenet5") == "sequential"  # BatchNorm buffers
+    assert backend("dfedpgp", engine="batched") == "batched"
     assert backend("fedper", engine="sequential") == "sequential"
+    assert backend("fedper", device="cuda") == "batched"  # resolved only; nothing runs
+    assert backend("fedper", device="cuda", model="lenet5") == "sequential"  # BatchNorm
     with pytest.raises(FedpartError, match="supports sequential"):
         backend("ditto", engine="batched")
     with pytest.raises(FedpartError, match="BatchNorm"):
         backend("fedper", engine="batched", model="lenet5")
-    assert Simulation(Config.from_dict(tiny_cfg)).backend == "batched"
+    assert Simulation(Config.from_dict(tiny_cfg)).backend == "sequential"

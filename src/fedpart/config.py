@@ -130,7 +130,7 @@ class EngineConfig:
     backend: str = "auto"
     device: str = "cpu"
     threads: int = 0
-    eval_batch_size: int = 2048
+    eval_batch_size: int = 256
     batch_clients: int = 0
     ray_address: str = ""
     ray_workers: int = 0

@@ -43,11 +43,17 @@ class Result:
 
 
 def resolve_backend(cfg: Config, algorithm: Any, model: BlockModel) -> str:
-    """The backend a run uses: ``auto`` is the fastest exact one the method and model support."""
+    """The backend a run uses: ``auto`` is the fastest exact one the method and model support.
+
+    On the CPU that is the sequential backend: ``fedpart bench`` measured the vmap-batched
+    training at 0.6–1.0× of it for 28×28 CNNs (per-client convolutions fit in cache, stacked ones
+    do not). On a GPU, where one kernel per step for all clients removes the launch overhead of
+    many small ones, it is the batched backend wherever the method and model allow it.
+    """
     wanted = cfg.engine.backend
     supported = type(algorithm).backends
     if wanted == "auto":
-        if "batched" in supported:
+        if "batched" in supported and cfg.engine.device.startswith("cuda"):
             from fedpart.engine.batched import can_batch
 
             if can_batch(model, []) is None:
