@@ -1,7 +1,7 @@
 """CPU-scale reproductions of the two decentralized seed papers on Fashion-MNIST.
 
     python benchmarks/decentralized/reproduce.py dfedpgp --jobs 2
-    python benchmarks/decentralized/reproduce.py uapdfl --jobs 2
+    python benchmarks/decentralized/reproduce.py uapdfl --rounds 20 --jobs 2
 
 ``dfedpgp``: the DFedPGP comparison (its Table 1 methods that fedpart provides) on Fashion-MNIST,
 100 clients, Dir(0.3) and pathological 2 classes per client, 10 neighbours, the quarter-width
