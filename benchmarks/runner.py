@@ -36,6 +36,9 @@ def run_job(job: Job) -> dict:
     summary = job.run_dir / "summary.json"
     if summary.is_file():
         return json.loads(summary.read_text())
+    marker = job.run_dir / "FAILED"
+    if marker.is_file():  # a run that diverged before: report it again, delete to retry
+        return {"failed": marker.read_text().strip()}
     if (job.run_dir / "checkpoint").is_dir():
         cmd = [sys.executable, "-m", "fedpart.cli", "run", "--resume", str(job.run_dir), "--quiet"]
     else:
@@ -53,7 +56,15 @@ def run_job(job: Job) -> dict:
             "--quiet",
         ]
     t0 = time.time()
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    proc = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        # A diverged or failed run is a result to report, not a reason to stop the others.
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit code {proc.returncode}"
+        print(f"  {job.label}: FAILED: {reason}", file=sys.stderr, flush=True)
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(reason + "\n")
+        return {"failed": reason}
     print(f"  {job.label}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return json.loads(summary.read_text())
 
@@ -62,6 +73,14 @@ def run_jobs(jobs: Sequence[Job], parallel: int) -> list[dict]:
     """Run ``jobs``, ``parallel`` at a time (one torch thread each); summaries in job order."""
     with ThreadPoolExecutor(max(1, parallel)) as pool:
         return list(pool.map(run_job, jobs))
+
+
+def failed(runs: Sequence[dict]) -> str | None:
+    """A short cell for runs that did not finish (e.g. training diverged), else None."""
+    bad = [r["failed"] for r in runs if "failed" in r]
+    if not bad:
+        return None
+    return "diverged" if "diverged" in bad[0] else "failed"
 
 
 def pct(values: Sequence[float]) -> str:
