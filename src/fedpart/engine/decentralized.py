@@ -17,6 +17,9 @@ from fedpart.engine.mixing import mix, tensor_bytes
 
 State = dict[str, torch.Tensor]
 
+#: columns of one key mixed at a time by :func:`push_sum`
+PUSH_SUM_CHUNK = 8192
+
 
 class Exchange:
     """One round's messages: bytes sent and received per client, and the number of messages."""
@@ -91,16 +94,22 @@ def push_sum(
     """
     mu64 = mu.to(torch.float64)
     new_mu = weights.to(torch.float64) @ mu64
+    w64 = weights.to(torch.float64)
     out = [dict(s) for s in states]
     for key in keys:
         stacked = stack(states, key)
         dtype = stacked.dtype
-        biased = stacked.to(torch.float64) * mu64.reshape(-1, *([1] * (stacked.dim() - 1)))
-        mixed = mix(biased, weights.to(torch.float64))
-        debiased = mixed / new_mu.reshape(-1, *([1] * (stacked.dim() - 1)))
-        if not dtype.is_floating_point:
-            debiased = debiased.round()
-        for i, row in enumerate(debiased.to(dtype)):
+        flat = stacked.reshape(stacked.shape[0], -1)
+        result = torch.empty_like(flat)
+        # Column chunks bound the float64 temporaries (a whole layer of 100 clients in float64,
+        # several times over, was gigabytes); each element's sum over senders is unchanged.
+        for lo in range(0, flat.shape[1], PUSH_SUM_CHUNK):
+            cols = flat[:, lo : lo + PUSH_SUM_CHUNK].to(torch.float64) * mu64[:, None]
+            debiased = (w64 @ cols) / new_mu[:, None]
+            if not dtype.is_floating_point:
+                debiased = debiased.round()
+            result[:, lo : lo + PUSH_SUM_CHUNK] = debiased.to(dtype)
+        for i, row in enumerate(result.reshape(stacked.shape)):
             out[i][key] = row
     return out, new_mu
 
