@@ -244,3 +244,12 @@ def test_dfedpgp_sends_the_body_and_one_scalar_per_out_edge(tiny_cfg):
         assert edges == 6 * 2  # k out-edges per client, self-loops carry nothing
         assert row["messages"] == edges
         assert row["up_bytes"] == row["down_bytes"] == edges * (body_bytes + 8)  # μ in float64
+
+
+def test_round_metrics_report_method_state(tiny_cfg):
+    res = fedpart.run(_cfg(tiny_cfg, "dfedpgp", topology={"neighbors": 2}), write=False)
+    for row in res.metrics:
+        assert row["mu_min"] <= 1.0 <= row["mu_max"]
+    res = fedpart.run(_cfg(tiny_cfg, "uapdfl", topology={"neighbors": 2}), write=False)
+    assert res.metrics[0]["dropout_clients"] == 6  # identical initial models: every Div is 0
+    assert all(0 <= r["dropout_clients"] <= 6 for r in res.metrics)

@@ -139,6 +139,10 @@ class Algorithm:
         """The model a client is evaluated with (its personalised model)."""
         return self.sim.store.client_state(client)
 
+    def round_metrics(self) -> dict[str, Any]:
+        """Method-specific numbers of the round just run, added to its ``metrics.jsonl`` row."""
+        return {}
+
     def finish(self) -> bool:
         """Called after the last round, before the final evaluation (e.g. fine-tuning).
 

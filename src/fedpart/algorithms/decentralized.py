@@ -111,6 +111,10 @@ class PushSum(Decentralized):
         new_states, self.mu = push_sum(states, self.mu, weights, keys)
         self.set_states(new_states)
 
+    def round_metrics(self) -> dict[str, Any]:
+        """The spread of the push-sum weights (the step of client i is scaled by 1/μ_i)."""
+        return {"mu_min": float(self.mu.min()), "mu_max": float(self.mu.max())}
+
     def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return {"push_sum_weights": self.mu.clone()}, {}
 

@@ -210,6 +210,20 @@ class UAPDFL(Decentralized):
             self.decisions[i] = Decision(queue, divs, None, head_from)
         self.set_states(new_states)
 
+    def round_metrics(self) -> dict[str, Any]:
+        """How many clients copied a neighbour (client-wise dropout) and, among the others, the
+        mean number of neighbours whose classifier was shared (Div < th_I)."""
+        made = list(self.decisions.values())
+        if not made:
+            return {}
+        kept = [d for d in made if d.copied_from is None]
+        return {
+            "dropout_clients": sum(d.copied_from is not None for d in made),
+            "similar_neighbors_mean": (
+                sum(len(d.head_from) for d in kept) / len(kept) if kept else None
+            ),
+        }
+
     @staticmethod
     def _average(
         states: Sequence[Mapping[str, torch.Tensor]],

@@ -429,6 +429,7 @@ class Simulation:
                 t0 = time.perf_counter()
                 row: dict[str, Any] = {"round": rnd}
                 row.update(self.run_round(rnd))
+                row.update(self.algorithm.round_metrics())
                 if self._should_evaluate(rnd):
                     row.update(self.evaluate())
                 else:
