@@ -32,6 +32,9 @@ METHODS = {
     "FedBABU": ("fedbabu", [], {100: 98.19}),
     "Vanilla": ("fedseqlayer", ["algorithm.mode=vanilla"], {100: 98.21}),
     "Anti": ("fedseqlayer", ["algorithm.mode=anti"], {100: 98.34}),
+    # not in the paper's Table 2; run on the same protocol for reference
+    "FedProx": ("fedprox", [], {}),
+    "Ditto": ("ditto", [], {}),
 }
 
 
