@@ -13,7 +13,7 @@ import dataclasses
 
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
-from fedpart.engine.recipe import Phase, Recipe
+from fedpart.engine.recipe import Recipe, head_then_body
 from fedpart.errors import ConfigError
 
 
@@ -23,19 +23,6 @@ class DFedAvgM(Decentralized):
 
     name = "dfedavgm"
     summary = "Decentralized FedAvg with local momentum: gossip of the whole model."
-
-
-def _head_body_recipe(head: tuple[str, ...], body: tuple[str, ...], head_epochs: int) -> Recipe:
-    """Head for ``head_epochs`` epochs with the body fixed, then the body with the head fixed
-    (``federation.local_epochs`` epochs); ``head_epochs = 0`` trains both jointly."""
-    if head_epochs == 0:
-        return Recipe()
-    return Recipe(
-        phases=(
-            Phase(blocks=head, epochs=head_epochs, name="head"),
-            Phase(blocks=body, name="body"),
-        )
-    )
 
 
 @register
@@ -64,11 +51,7 @@ class DFedAvgMP(Decentralized):
     def personal_blocks(self) -> set[str]:
         return set(self.sim.model.head_names)
 
-    def setup(self) -> None:
-        model = self.sim.model
-        self._recipe = _head_body_recipe(
-            tuple(model.head_names), tuple(model.body_names()), self.options.head_epochs
-        )
-
     def recipe(self, rnd: int, client: int) -> Recipe:
-        return self._recipe
+        if self.options.head_epochs == 0:
+            return Recipe()  # head and body trained jointly
+        return head_then_body(self.sim.model, self.options.head_epochs)

@@ -21,7 +21,7 @@ import dataclasses
 
 from fedpart.algorithms.decentralized import PushSum
 from fedpart.algorithms.registry import register
-from fedpart.engine.recipe import Phase, Recipe
+from fedpart.engine.recipe import Recipe, head_then_body
 from fedpart.errors import ConfigError
 
 
@@ -53,18 +53,10 @@ class DFedPGP(PushSum):
         return set(self.sim.model.head_names)
 
     def recipe(self, rnd: int, client: int) -> Recipe:
-        model = self.sim.model
-        opts = self.options
-        return Recipe(
-            phases=(
-                Phase(
-                    blocks=tuple(model.head_names),
-                    epochs=opts.head_epochs,
-                    lr_scale=opts.head_lr_scale,
-                    name="head",
-                ),
-                Phase(
-                    blocks=tuple(model.body_names()), lr_scale=self.step_scale(client), name="body"
-                ),
-            )
+        # head at the de-biased body (line 6), then the body with steps on u: lr η_u / μ_i (line 10)
+        return head_then_body(
+            self.sim.model,
+            self.options.head_epochs,
+            head_lr_scale=self.options.head_lr_scale,
+            body_lr_scale=self.step_scale(client),
         )

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
-from fedpart.engine.recipe import Phase, Recipe
+from fedpart.engine.recipe import Recipe, head_then_body
 from fedpart.errors import ConfigError
 
 
@@ -38,10 +38,4 @@ class FedRep(Algorithm):
         return set(self.sim.model.head_names)
 
     def recipe(self, rnd: int, client: int) -> Recipe:
-        model = self.sim.model
-        return Recipe(
-            phases=(
-                Phase(blocks=tuple(model.head_names), epochs=self.options.head_epochs, name="head"),
-                Phase(blocks=model.body_names(), epochs=self.options.body_epochs, name="body"),
-            )
-        )
+        return head_then_body(self.sim.model, self.options.head_epochs, self.options.body_epochs)

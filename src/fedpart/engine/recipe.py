@@ -68,6 +68,27 @@ class Recipe:
     objective: Objective | None = None
 
 
+def head_then_body(
+    model: object,
+    head_epochs: int | None,
+    body_epochs: int | None = None,
+    *,
+    head_lr_scale: float = 1.0,
+    body_lr_scale: float = 1.0,
+) -> Recipe:
+    """The alternating recipe of FedRep, DFedPGP and DFedAvgM-P: the head for ``head_epochs``
+    epochs with the body fixed, then the body for ``body_epochs`` epochs (``None``:
+    ``federation.local_epochs``) with the head fixed; one optimiser per phase."""
+    head = tuple(model.head_names)  # type: ignore[attr-defined]
+    body = tuple(model.body_names())  # type: ignore[attr-defined]
+    return Recipe(
+        phases=(
+            Phase(blocks=head, epochs=head_epochs, lr_scale=head_lr_scale, name="head"),
+            Phase(blocks=body, epochs=body_epochs, lr_scale=body_lr_scale, name="body"),
+        )
+    )
+
+
 def proximal(
     reference: Mapping[str, torch.Tensor],
 ) -> Callable[[Mapping[str, torch.Tensor]], torch.Tensor]:
