@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from fedpart.algorithms.base import Algorithm, State
-from fedpart.engine.decentralized import gossip, keys_bytes
+from fedpart.engine.decentralized import gossip, keys_bytes, push_sum
 from fedpart.topology import Graph
 
 
@@ -101,8 +101,6 @@ class PushSum(Decentralized):
         return float(1.0 / self.mu[client])
 
     def communicate(self, rnd: int, graph: Graph) -> None:
-        from fedpart.engine.decentralized import push_sum
-
         states = self.states()
         keys = self.shared_keys()
         weights = self.mixing_weights(graph)
