@@ -8,6 +8,7 @@ from fedpart.config import Config
 from fedpart.engine.mixing import mix, weighted_average
 from fedpart.engine.simulation import Simulation, sample_clients
 from fedpart.errors import TrainingError
+from resume_check import assert_resume_bit_identical
 
 
 def test_sampling_is_seeded_and_method_independent():
@@ -100,32 +101,9 @@ def test_same_seed_same_numbers(tiny_cfg):
     assert a == b
 
 
-def _params(run_dir):
-    from safetensors.torch import load_file
-
-    return load_file(str(run_dir / "checkpoint" / "state.safetensors"))
-
-
 @pytest.mark.parametrize("algorithm", ["fedavg", "local"])
 def test_resume_is_bit_identical(tiny_cfg, tmp_path, algorithm):
-    base = {**tiny_cfg, "algorithm": {"name": algorithm}}
-    straight = {**base, "output": {"dir": str(tmp_path / "straight"), "checkpoint_every": 2}}
-    fedpart.run(straight)
-    # stop after round 2 (checkpoint at 2), then resume to 4
-    stopped = {
-        **base,
-        "federation": {**base["federation"], "rounds": 2},
-        "output": {"dir": str(tmp_path / "stopped"), "checkpoint_every": 2},
-    }
-    fedpart.run(stopped)
-    fedpart.resume(tmp_path / "stopped", ["federation.rounds=4"])
-    s1 = json.loads((tmp_path / "straight" / "summary.json").read_text())
-    s2 = json.loads((tmp_path / "stopped" / "summary.json").read_text())
-    s1.pop("wall_seconds"), s2.pop("wall_seconds")
-    assert s1 == s2
-    p1, p2 = _params(tmp_path / "straight"), _params(tmp_path / "stopped")
-    assert p1.keys() == p2.keys()
-    assert all(torch.equal(p1[k], p2[k]) for k in p1)
+    assert_resume_bit_identical({**tiny_cfg, "algorithm": {"name": algorithm}}, tmp_path)
 
 
 def test_resume_after_crash(tiny_cfg, tmp_path, monkeypatch):
