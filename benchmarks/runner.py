@@ -49,6 +49,7 @@ def run_job(job: Job) -> dict:
             "run",
             str(job.config),
             "engine.backend=sequential",  # the reference backend, as the recorded numbers
+            "engine.conv_layout=contiguous",  # the layout the recorded numbers were computed in
             *job.overrides,
             "engine.threads=1",
             f"output.dir={job.run_dir}",

@@ -125,12 +125,16 @@ class EngineConfig:
     as Ray tasks; ``ray_address`` names an existing cluster, empty starts a local Ray with
     ``ray_workers`` CPUs, 0 = all). ``batch_clients``: at most this many clients per batched
     computation (0: all). ``threads`` sets torch's intra-op threads (0: torch's default).
+    ``conv_layout``: the memory layout convolutions compute in: ``channels_last`` (oneDNN's fast
+    path on the CPU), ``contiguous`` (NCHW) or ``auto`` (channels-last on the CPU, contiguous on
+    CUDA); the two agree up to float rounding. The batched backend's vmap always computes NCHW.
     """
 
     backend: str = "auto"
     device: str = "cpu"
     threads: int = 0
     eval_batch_size: int = 256
+    conv_layout: str = "auto"
     batch_clients: int = 0
     ray_address: str = ""
     ray_workers: int = 0
@@ -368,6 +372,7 @@ _SECTION_TYPES: dict[str, type] = {
 }
 
 BACKENDS = ("auto", "sequential", "batched", "ray")
+CONV_LAYOUTS = ("auto", "channels_last", "contiguous")
 AUGMENTS = ("auto", "none", "crop", "crop_flip")
 
 
@@ -449,6 +454,7 @@ def validate(cfg: Config) -> None:
     _range("topology.drop_prob", cfg.topology.drop_prob, 0.0, 1.0)
 
     _choice("engine.backend", cfg.engine.backend, BACKENDS, "backend")
+    _choice("engine.conv_layout", cfg.engine.conv_layout, CONV_LAYOUTS, "convolution layout")
     if cfg.engine.device != "cpu" and not cfg.engine.device.startswith("cuda"):
         raise ConfigError("engine.device", f"expected cpu or cuda[:N], got {cfg.engine.device!r}")
     _range("engine.threads", cfg.engine.threads, 0)

@@ -17,7 +17,8 @@ the libraries' building blocks:
   key by key (weights = training-set sizes); DFedPGP's push-sum by a loop over receivers and
   senders on per-client state dicts (``u = μ z``, column-stochastic weights);
 * evaluation of every client's personalised model every round: a copy of the model loaded with
-  that client's state and a per-client test ``DataLoader`` (batch size = the federation's).
+  that client's state and a per-client test ``DataLoader`` (batch size = the federation's);
+* PyTorch's default (NCHW) convolution layout.
 
 Where the engine's choices matter for the amount of work they are mirrored: a client smaller than
 one batch takes one (smaller) step even under ``drop_last`` (the engine's rule), and the random
@@ -39,7 +40,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from fedpart.config import Config
 from fedpart.engine.data import FederatedData
 from fedpart.engine.seeding import seed_for
-from fedpart.engine.simulation import sample_clients
+from fedpart.engine.simulation import channels_last, sample_clients
 from fedpart.models import BlockModel, build_model
 from fedpart.topology import Topology
 
@@ -325,7 +326,8 @@ class NaiveFederation:
 
 class CentralCeiling:
     """One model trained centrally: a single ``torch.optim.SGD`` loop over an in-memory tensor
-    of every client's (normalised) training samples, ``batch_size`` samples per step.
+    of every client's (normalised) training samples, ``batch_size`` samples per step, in the
+    convolution layout the engine uses (``engine.conv_layout``).
 
     ``train_round(rnd, samples)`` trains on ``samples`` samples (a fresh permutation of the pool,
     repeated when more are asked than the pool holds); there is no evaluation.
@@ -335,6 +337,7 @@ class CentralCeiling:
         self.cfg = cfg
         self.batch_size = batch_size
         self.model = build_initial_model(cfg, data)
+        self.model.set_channels_last(channels_last(cfg))  # the fastest layout, as the engine's
         pool = torch.cat([c.train for c in data.clients])
         self.x, self.y = data.batch(pool)
         f = cfg.federation

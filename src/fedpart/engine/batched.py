@@ -232,6 +232,29 @@ def train_clients_batched(
     reason = can_batch(model, [recipe])
     if reason is not None:
         raise ValueError(f"cannot train batched: {reason}")
+    # vmap cannot query memory formats: the batched computation runs in the contiguous layout
+    layout = model.channels_last
+    model.set_channels_last(False)
+    try:
+        return _train_batched(
+            model, starts, recipe, data, clients, rnd, settings, frozen, chunk, lr_scales
+        )
+    finally:
+        model.set_channels_last(layout)
+
+
+def _train_batched(
+    model: BlockModel,
+    starts: list[State],
+    recipe: Recipe,
+    data: FederatedData,
+    clients: list[int],
+    rnd: int,
+    settings: TrainSettings,
+    frozen: set[str],
+    chunk: int | None,
+    lr_scales: list[list[float]] | None,
+) -> list[TrainResult]:
     model.train()
 
     bs, drop_last = settings.batch_size, settings.drop_last

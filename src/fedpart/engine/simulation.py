@@ -72,6 +72,19 @@ def resolve_backend(cfg: Config, algorithm: Any, model: BlockModel) -> str:
     return wanted
 
 
+def channels_last(cfg: Config) -> bool:
+    """Whether convolutions compute in the channels-last layout (``engine.conv_layout``).
+
+    ``auto`` is channels-last on the CPU, where ``fedpart bench`` measured oneDNN's
+    channels-last convolutions and pooling 1.3–3× faster than NCHW on 28×28 CNNs, and
+    contiguous on CUDA.
+    """
+    layout = cfg.engine.conv_layout
+    if layout == "auto":
+        return not cfg.engine.device.startswith("cuda")
+    return layout == "channels_last"
+
+
 def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> list[int]:
     """The round's participants, from a stream keyed by (seed, round): the same for every method."""
     m = max(1, int(round(join_ratio * num_clients)))
@@ -125,6 +138,7 @@ class Simulation:
             **cfg.model.options,
         )
         self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
+        self.model.set_channels_last(channels_last(cfg))
         self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = ClientStateStore(
             self.model, self.model.state_dict(), self.algorithm.stored_blocks()

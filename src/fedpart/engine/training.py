@@ -108,14 +108,18 @@ def train_client(
                     loss = loss + term.weight * term.fn(current)
                 grads = torch.autograd.grad(loss, [params[k] for k in keys])
                 with torch.no_grad():
+                    directions = []
                     for k, g in zip(keys, grads, strict=True):
-                        p = params[k].detach()
-                        d = g + settings.weight_decay * p if settings.weight_decay else g
+                        d = g + settings.weight_decay * state[k] if settings.weight_decay else g
                         if settings.momentum:
                             buf = momentum_buf.get(k)
                             d = d.clone() if buf is None else buf.mul_(settings.momentum).add_(d)
                             momentum_buf[k] = d
-                        state[k] = p - lr * d
+                        directions.append(d)
+                    # p ← p − lr·d in place (the graph is freed): the rounding of ``p - lr * d``
+                    torch._foreach_sub_(
+                        [state[k] for k in keys], torch._foreach_mul(directions, lr)
+                    )
                 loss_sum += float(loss.detach()) * len(y)
                 samples += len(y)
                 steps += 1

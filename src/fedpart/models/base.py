@@ -88,6 +88,24 @@ class BlockModel(nn.Module):
         return out
 
     # ------------------------------------------------------------------ computation
+    def set_channels_last(self, enabled: bool) -> None:
+        """Compute this model's :class:`ConvBlock` convolutions in the channels-last layout.
+
+        Parameters and the state dict keep their usual (contiguous) layout: each convolution
+        converts its input and weight on the fly, so only the computation changes. On the CPU
+        oneDNN's channels-last convolutions and pooling are several times faster than the NCHW
+        ones for the small images of federated benchmarks (``fedpart bench``); the results are
+        equal up to float rounding (a different summation order), not bit-identical.
+        """
+        for module in self.modules():
+            if isinstance(module, ConvBlock):
+                module.channels_last = bool(enabled)
+
+    @property
+    def channels_last(self) -> bool:
+        """Whether :meth:`set_channels_last` is on (``False`` for models without convolutions)."""
+        return any(isinstance(m, ConvBlock) and m.channels_last for m in self.modules())
+
     def pool_features(self, x: Tensor) -> Tensor:
         """Turn the last body block's output into the flat ``[B, F]`` feature tensor."""
         return torch.flatten(x, 1)
@@ -206,16 +224,26 @@ class ConvBlock(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, padding=padding)
         self.relu = relu
         self.pool = pool
+        #: compute in the channels-last layout (see :meth:`BlockModel.set_channels_last`)
+        self.channels_last = False
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}, pool={self.pool}"
 
     def forward(self, x: Tensor) -> Tensor:
-        x = super().forward(x)
-        if self.relu:
-            x = F.relu(x)
+        weight = self.weight
+        if self.channels_last:
+            # ``.to`` (not ``.contiguous``): a 1-channel tensor is already "contiguous" in both
+            # layouts, and only ``.to`` gives it the channels-last strides oneDNN dispatches on
+            x = x.to(memory_format=torch.channels_last)
+            weight = weight.to(memory_format=torch.channels_last)
+        x = self._conv_forward(x, weight, self.bias)
+        # Pooling first: max-pooling commutes with ReLU exactly (values and gradients, ties
+        # included), and the ReLU then touches a quarter of the elements.
         if self.pool:
             x = F.max_pool2d(x, self.pool)
+        if self.relu:
+            x = F.relu(x)
         return x
 
 
