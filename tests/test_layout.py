@@ -104,3 +104,25 @@ def test_runs_in_both_layouts_agree(tiny_cfg):
         torch.testing.assert_close(
             batched.simulation.store.global_state[key], b[key], atol=1e-5, rtol=1e-4
         )
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "options"),
+    [
+        ("uapdfl_cnn", (1, 28, 28), {}),
+        ("lenet5", (1, 28, 28), {}),
+        ("pa3dfl_cnn", (3, 32, 32), {}),
+        ("vgg11", (3, 32, 32), {}),
+        ("resnet18", (3, 32, 32), {"norm": "gn"}),
+    ],
+)
+def test_every_conv_model_computes_the_same_function_channels_last(name, shape, options):
+    torch.manual_seed(0)
+    model = build_model(name, num_classes=10, input_shape=shape, **options)
+    x = torch.randn(4, *shape)
+    model.eval()
+    ref = model(x)
+    model.set_channels_last(True)
+    assert model.channels_last
+    torch.testing.assert_close(model(x), ref, atol=1e-4, rtol=1e-4)
+    assert all(p.is_contiguous() for p in model.parameters())

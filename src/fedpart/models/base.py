@@ -27,6 +27,7 @@ __all__ = [
     "BlockModel",
     "ConvBlock",
     "DenseBlock",
+    "LayoutConv2d",
     "ModelInfo",
     "build_model",
     "count_parameters",
@@ -89,7 +90,7 @@ class BlockModel(nn.Module):
 
     # ------------------------------------------------------------------ computation
     def set_channels_last(self, enabled: bool) -> None:
-        """Compute this model's :class:`ConvBlock` convolutions in the channels-last layout.
+        """Compute this model's convolutions (:class:`LayoutConv2d`) in the channels-last layout.
 
         Parameters and the state dict keep their usual (contiguous) layout: each convolution
         converts its input and weight on the fly, so only the computation changes. On the CPU
@@ -98,13 +99,13 @@ class BlockModel(nn.Module):
         equal up to float rounding (a different summation order), not bit-identical.
         """
         for module in self.modules():
-            if isinstance(module, ConvBlock):
+            if isinstance(module, LayoutConv2d):
                 module.channels_last = bool(enabled)
 
     @property
     def channels_last(self) -> bool:
         """Whether :meth:`set_channels_last` is on (``False`` for models without convolutions)."""
-        return any(isinstance(m, ConvBlock) and m.channels_last for m in self.modules())
+        return any(isinstance(m, LayoutConv2d) and m.channels_last for m in self.modules())
 
     def pool_features(self, x: Tensor) -> Tensor:
         """Turn the last body block's output into the flat ``[B, F]`` feature tensor."""
@@ -204,11 +205,32 @@ def count_parameters(model: nn.Module, blocks: Iterable[str] | None = None) -> i
 
 
 # --------------------------------------------------------------------------------- layers
-class ConvBlock(nn.Conv2d):
+class LayoutConv2d(nn.Conv2d):
+    """``nn.Conv2d`` that can compute in the channels-last layout (``channels_last``, off by
+    default; see :meth:`BlockModel.set_channels_last`). Its parameters and state-dict keys are
+    exactly ``nn.Conv2d``'s; only the layout of the computation changes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.channels_last = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        weight = self.weight
+        if self.channels_last:
+            # ``.to`` (not ``.contiguous``): a 1-channel tensor is already "contiguous" in both
+            # layouts, and only ``.to`` gives it the channels-last strides oneDNN dispatches on
+            x = x.to(memory_format=torch.channels_last)
+            weight = weight.to(memory_format=torch.channels_last)
+        return self._conv_forward(x, weight, self.bias)
+
+
+class ConvBlock(LayoutConv2d):
     """``Conv2d`` → ReLU → ``MaxPool2d(pool)``; its keys are the conv's (``<block>.weight``).
 
-    ``relu=False`` or ``pool=0`` drop that step. (ReLU and max-pooling commute, so "pool, relu"
-    as some papers print it is the same function.)
+    ``relu=False`` or ``pool=0`` drop that step. ReLU and max-pooling commute exactly, so the
+    block computes pool-then-ReLU (a quarter of the ReLU work; "pool, relu" as some papers print
+    it is the same function, with the same gradients). ``channels_last`` (off by default; see
+    :meth:`BlockModel.set_channels_last`) computes the convolution in that layout.
     """
 
     def __init__(
@@ -224,20 +246,12 @@ class ConvBlock(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, padding=padding)
         self.relu = relu
         self.pool = pool
-        #: compute in the channels-last layout (see :meth:`BlockModel.set_channels_last`)
-        self.channels_last = False
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}, pool={self.pool}"
 
     def forward(self, x: Tensor) -> Tensor:
-        weight = self.weight
-        if self.channels_last:
-            # ``.to`` (not ``.contiguous``): a 1-channel tensor is already "contiguous" in both
-            # layouts, and only ``.to`` gives it the channels-last strides oneDNN dispatches on
-            x = x.to(memory_format=torch.channels_last)
-            weight = weight.to(memory_format=torch.channels_last)
-        x = self._conv_forward(x, weight, self.bias)
+        x = super().forward(x)
         # Pooling first: max-pooling commutes with ReLU exactly (values and gradients, ties
         # included), and the ReLU then touches a quarter of the elements.
         if self.pool:

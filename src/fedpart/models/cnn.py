@@ -10,6 +10,7 @@ from fedpart.models.base import (
     BlockModel,
     ConvBlock,
     DenseBlock,
+    LayoutConv2d,
     choice_option,
     dry_forward,
     flat_size,
@@ -136,7 +137,7 @@ class LeNet5(BlockModel):
 
 def _conv_bn_relu_pool(in_channels: int, out_channels: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, 5),
+        LayoutConv2d(in_channels, out_channels, 5),
         nn.BatchNorm2d(out_channels),
         nn.ReLU(),
         nn.MaxPool2d(2, 2),

@@ -9,7 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedpart.models.base import BlockModel, choice_option, image_shape, int_option, register_model
+from fedpart.models.base import (
+    BlockModel,
+    LayoutConv2d,
+    choice_option,
+    image_shape,
+    int_option,
+    register_model,
+)
 
 __all__ = ["BasicBlock", "ResNet18"]
 
@@ -24,14 +31,14 @@ class BasicBlock(nn.Module):
 
     def __init__(self, in_planes: int, planes: int, stride: int, norm: Norm) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.conv1 = LayoutConv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
         self.norm1 = norm(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
+        self.conv2 = LayoutConv2d(planes, planes, 3, stride=1, padding=1, bias=False)
         self.norm2 = norm(planes)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_planes != planes:
             self.shortcut = nn.Sequential(
-                nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False), norm(planes)
+                LayoutConv2d(in_planes, planes, 1, stride=stride, bias=False), norm(planes)
             )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -51,9 +58,9 @@ class Stem(nn.Module):
         super().__init__()
         self.kind = kind
         if kind == "imagenet":
-            self.conv = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
+            self.conv = LayoutConv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
         else:
-            self.conv = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
+            self.conv = LayoutConv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
         self.norm = norm(64)
 
     def forward(self, x: Tensor) -> Tensor:

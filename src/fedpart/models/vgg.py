@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedpart.models.base import BlockModel, dry_forward, image_shape, register_model
+from fedpart.models.base import BlockModel, LayoutConv2d, dry_forward, image_shape, register_model
 
 __all__ = ["VGG11_CFG", "ConvBNBlock", "VGG11"]
 
@@ -23,7 +23,7 @@ class ConvBNBlock(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, *, pool: bool) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.conv = LayoutConv2d(in_channels, out_channels, 3, padding=1)
         self.bn = nn.BatchNorm2d(out_channels)
         self.pool = pool
 
