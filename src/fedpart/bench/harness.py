@@ -17,11 +17,14 @@ For each workload, four variants run one after the other in this process, on the
     tensor, on as many samples per round as the federation trains, with batch size
     (clients per round) x (local batch size); no evaluation.
 
-Each variant runs a warm-up round (round 0), then ``--repeats`` timed rounds; the report gives
-medians (``time.perf_counter``). Memory: a background thread samples the process's resident set
-(``/proc/self/statm``) every 10 ms while the variant runs (setup included); the report gives the
-peak minus the RSS just before the variant, and the absolute peak. Freed memory is handed back to
-the OS (``malloc_trim``) between variants so that one variant's leftovers do not hide the next's.
+The variants are set up one after the other, each with a warm-up round (round 0); then the
+``--repeats`` timed rounds run interleaved (round ``r`` of every variant before round ``r + 1``
+of any, the first variant rotating), so that the slow spells of a shared machine fall on all
+variants alike; the report gives medians (``time.perf_counter``). Memory: a background thread
+samples the process's resident set (``/proc/self/statm``) every 10 ms during each variant's set-up
+and warm-up round; the report gives the peak minus the RSS just before it (the variant's own
+increment) and the absolute peak (which includes the variants set up before it). Freed memory is
+handed back to the OS (``malloc_trim``) before each variant so that leftovers do not hide it.
 
 The ``scale1000`` workload runs one FedPer round of the default backend with 1,000 clients
 (10% participation) and evaluates all of them, reporting time and peak memory only.
@@ -344,47 +347,80 @@ class VariantResult:
     rounds: list[dict[str, float]] = field(default_factory=list)
 
 
-def measure(variant: str, make: Callable[[], Runner], repeats: int) -> VariantResult:
-    """Build a runner and run a warm-up round plus ``repeats`` timed rounds under an RSS sampler."""
+@dataclass
+class _Live:
+    """A variant being measured: its runner, its set-up measurements and its timed rounds."""
+
+    variant: str
+    runner: Runner
+    setup_s: float
+    peak_delta_bytes: int
+    peak_bytes: int
+    has_eval: bool = True
+    accuracy: float | None = None
+    rows: list[dict[str, float]] = field(default_factory=list)
+
+    def round(self, rnd: int, timed: bool) -> None:
+        t0 = time.perf_counter()
+        samples = self.runner.train_round(rnd)
+        t1 = time.perf_counter()
+        row = self.runner.evaluate()
+        t2 = time.perf_counter()
+        self.has_eval = row is not None
+        if row is not None and row.get("accuracy") is not None:
+            self.accuracy = float(row["accuracy"])
+        if timed:
+            self.rows.append(
+                {"round": rnd, "samples": samples, "train_s": t1 - t0, "eval_s": t2 - t1}
+            )
+
+    def result(self) -> VariantResult:
+        med, rows = statistics.median, self.rows
+        return VariantResult(
+            variant=self.variant,
+            backend=self.runner.backend,
+            samples_per_round=med(r["samples"] for r in rows),
+            samples_per_s=med(r["samples"] / r["train_s"] for r in rows),
+            train_s=med(r["train_s"] for r in rows),
+            eval_s=med(r["eval_s"] for r in rows) if self.has_eval else None,
+            end_to_end_s=med(r["train_s"] + r["eval_s"] for r in rows),
+            setup_s=self.setup_s,
+            peak_delta_bytes=self.peak_delta_bytes,
+            peak_bytes=self.peak_bytes,
+            accuracy=self.accuracy,
+            rounds=rows,
+        )
+
+
+def start_variant(variant: str, make: Callable[[], Runner]) -> _Live:
+    """Build a runner and run its warm-up round (round 0) under an RSS sampler."""
     release_memory()
-    rows: list[dict[str, float]] = []
-    accuracy = None
-    has_eval = True
     with RssSampler() as mem:
         t0 = time.perf_counter()
         runner = make()
         setup = time.perf_counter() - t0
-        backend = runner.backend
-        for rnd in range(repeats + 1):
-            t0 = time.perf_counter()
-            samples = runner.train_round(rnd)
-            t1 = time.perf_counter()
-            row = runner.evaluate()
-            t2 = time.perf_counter()
-            has_eval = row is not None
-            if row is not None and row.get("accuracy") is not None:
-                accuracy = float(row["accuracy"])
-            if rnd > 0:
-                rows.append(
-                    {"round": rnd, "samples": samples, "train_s": t1 - t0, "eval_s": t2 - t1}
-                )
-        del runner
+        live = _Live(variant, runner, setup, 0, 0)
+        live.round(0, timed=False)
+    live.peak_delta_bytes, live.peak_bytes = mem.delta, mem.peak
+    return live
+
+
+def measure_interleaved(
+    plan: Sequence[tuple[str, Callable[[], Runner]]], repeats: int
+) -> list[VariantResult]:
+    """Set every variant up (with its warm-up round, one at a time, for memory), then run the
+    timed rounds interleaved: round ``r`` of every variant before round ``r + 1`` of any, the
+    starting variant rotating, so that a slow spell of a shared machine falls on all variants
+    rather than on whichever happened to run then."""
+    live = [start_variant(variant, make) for variant, make in plan]
+    for rnd in range(1, repeats + 1):
+        shift = (rnd - 1) % len(live)
+        for item in live[shift:] + live[:shift]:
+            item.round(rnd, timed=True)
+    results = [item.result() for item in live]
+    del live
     release_memory()
-    med = statistics.median
-    return VariantResult(
-        variant=variant,
-        backend=backend,
-        samples_per_round=med(r["samples"] for r in rows),
-        samples_per_s=med(r["samples"] / r["train_s"] for r in rows),
-        train_s=med(r["train_s"] for r in rows),
-        eval_s=med(r["eval_s"] for r in rows) if has_eval else None,
-        end_to_end_s=med(r["train_s"] + r["eval_s"] for r in rows),
-        setup_s=setup,
-        peak_delta_bytes=mem.delta,
-        peak_bytes=mem.peak,
-        accuracy=accuracy,
-        rounds=rows,
-    )
+    return results
 
 
 @dataclass
@@ -510,6 +546,9 @@ def run_workload(
     why = batched_unavailable(cfg, data)
     plan.append(("batched", None if why else engine("batched"), why))
     plan.append(("ceiling", ceiling, None))
+    runnable = [(variant, make) for variant, make, _ in plan if make is not None]
+    log(f"[bench] {w.name}: {', '.join(v for v, _ in runnable)} (interleaved rounds) ...")
+    measured = {v.variant: v for v in measure_interleaved(runnable, opts.repeats)}
     for variant, make, na in plan:
         if make is None:
             result.variants.append(VariantResult(variant, na=f"n/a ({na})"))
@@ -517,8 +556,7 @@ def run_workload(
                 f"batched: n/a ({na}); `engine.backend=auto` runs this workload sequentially."
             )
             continue
-        log(f"[bench] {w.name}: {variant} ...")
-        v = measure(variant, make, opts.repeats)
+        v = measured[variant]
         log(
             f"[bench] {w.name}: {variant}: {v.samples_per_s:,.0f} samples/s, "
             f"train {v.train_s:.3f} s, end-to-end {v.end_to_end_s:.3f} s"
@@ -746,8 +784,10 @@ def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s:
         "Columns: *client-samples/round* = samples trained on per round summed over clients, "
         "phases and epochs (the same for every variant); *samples/s* = that over the training "
         "time; *train* = local training + aggregation (`run_round`); *eval* = every client's "
-        "personalised model on its own test split; *peak Δ RSS* = peak resident memory during "
-        "the variant (setup included) minus the RSS before it; *vs naive* / *vs ceiling* = "
+        "personalised model on its own test split; timed rounds interleaved across the variants; "
+        "*peak Δ RSS* = peak resident memory during the variant's set-up and warm-up round minus "
+        "the RSS before it (its own increment; *peak RSS* also holds the variants set up before "
+        "it); *vs naive* / *vs ceiling* = "
         "speed ratios (higher is faster); *accuracy* = mean per-client accuracy after the last "
         "timed round (a check that every loop learns, not a result).",
     ]
