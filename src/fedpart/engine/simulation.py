@@ -46,7 +46,7 @@ def resolve_backend(cfg: Config, algorithm: Any, model: BlockModel) -> str:
     """The backend a run uses: ``auto`` is the fastest exact one the method and model support.
 
     On the CPU that is the sequential backend: ``fedpart bench`` measured the vmap-batched
-    training at 0.6–1.0× of it for 28×28 CNNs (per-client convolutions fit in cache, stacked ones
+    training at 0.6–0.8× of it for 28×28 CNNs (per-client convolutions fit in cache, stacked ones
     do not). On a GPU, where one kernel per step for all clients removes the launch overhead of
     many small ones, it is the batched backend wherever the method and model allow it.
     """
@@ -76,7 +76,8 @@ def channels_last(cfg: Config) -> bool:
     """Whether convolutions compute in the channels-last layout (``engine.conv_layout``).
 
     ``auto`` is channels-last on the CPU, where ``fedpart bench`` measured oneDNN's
-    channels-last convolutions and pooling 1.3–3× faster than NCHW on 28×28 CNNs, and
+    channels-last convolutions and pooling faster than NCHW on 28×28 CNNs (evaluation 2–3×,
+    one-thread training up to 1.4×; ``docs/results/performance.md``), and
     contiguous on CUDA.
     """
     layout = cfg.engine.conv_layout
