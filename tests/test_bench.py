@@ -176,3 +176,42 @@ def test_naive_does_the_engines_work(algorithm):
 def test_parse_args_rejects_unknown_workloads(capsys):
     assert harness.main(["--workloads", "fedper,nope"]) == 2
     assert re.search(r"unknown workload\(s\) nope", capsys.readouterr().err)
+
+
+def test_timed_rounds_are_interleaved_across_variants():
+    """Set-up and warm-up one variant at a time, then round r of every variant (the first one
+    rotating) before round r + 1 of any; each variant's medians come from its own rounds."""
+    calls: list[tuple[str, str, int]] = []
+
+    class Fake:
+        def __init__(self, name: str) -> None:
+            self.backend = name
+            calls.append((name, "setup", -1))
+
+        def train_round(self, rnd: int) -> int:
+            calls.append((self.backend, "train", rnd))
+            return 10 * (rnd + 1)
+
+        def evaluate(self) -> dict[str, float]:
+            return {"accuracy": 0.5}
+
+    plan = [(name, lambda name=name: Fake(name)) for name in ("a", "b", "c")]
+    results = harness.measure_interleaved(plan, repeats=3)
+    assert calls[:6] == [
+        ("a", "setup", -1),
+        ("a", "train", 0),
+        ("b", "setup", -1),
+        ("b", "train", 0),
+        ("c", "setup", -1),
+        ("c", "train", 0),
+    ]
+    timed = [(name, rnd) for name, kind, rnd in calls[6:]]
+    assert timed == [
+        ("a", 1), ("b", 1), ("c", 1),
+        ("b", 2), ("c", 2), ("a", 2),
+        ("c", 3), ("a", 3), ("b", 3),
+    ]  # fmt: skip
+    assert [r.variant for r in results] == ["a", "b", "c"]
+    for r in results:
+        assert [row["round"] for row in r.rounds] == [1, 2, 3]
+        assert r.samples_per_round == 30 and r.accuracy == 0.5
