@@ -70,10 +70,14 @@ def test_conv_layout_option(tiny_cfg):
     def cfg(**engine):
         return Config.from_dict({**tiny_cfg, "engine": engine})
 
-    assert channels_last(cfg()) is True  # auto on the CPU
-    assert channels_last(cfg(conv_layout="contiguous")) is False
-    assert channels_last(cfg(device="cuda", conv_layout="auto")) is False
-    assert channels_last(cfg(device="cuda", conv_layout="channels_last")) is True
+    cnn = build_model("fedavgcnn", num_classes=10, input_shape=(1, 28, 28))
+    lenet = build_model("lenet5", num_classes=10, input_shape=(1, 28, 28))
+    assert channels_last(cfg(), cnn) is True  # auto on the CPU
+    assert channels_last(cfg(), lenet) is False  # measured slower for LeNet5
+    assert channels_last(cfg(conv_layout="channels_last"), lenet) is True
+    assert channels_last(cfg(conv_layout="contiguous"), cnn) is False
+    assert channels_last(cfg(device="cuda", conv_layout="auto"), cnn) is False
+    assert channels_last(cfg(device="cuda", conv_layout="channels_last"), cnn) is True
     with pytest.raises(ConfigError, match="engine.conv_layout"):
         cfg(conv_layout="nhwc")
 

@@ -337,7 +337,9 @@ class CentralCeiling:
         self.cfg = cfg
         self.batch_size = batch_size
         self.model = build_initial_model(cfg, data)
-        self.model.set_channels_last(channels_last(cfg))  # the fastest layout, as the engine's
+        self.model.set_channels_last(
+            channels_last(cfg, self.model)
+        )  # the fastest layout, as the engine's
         pool = torch.cat([c.train for c in data.clients])
         self.x, self.y = data.batch(pool)
         f = cfg.federation

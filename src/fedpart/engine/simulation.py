@@ -72,17 +72,17 @@ def resolve_backend(cfg: Config, algorithm: Any, model: BlockModel) -> str:
     return wanted
 
 
-def channels_last(cfg: Config) -> bool:
-    """Whether convolutions compute in the channels-last layout (``engine.conv_layout``).
+def channels_last(cfg: Config, model: BlockModel) -> bool:
+    """Whether ``model``'s convolutions compute in the channels-last layout (``engine.conv_layout``).
 
-    ``auto`` is channels-last on the CPU, where ``fedpart bench`` measured oneDNN's
-    channels-last convolutions and pooling faster than NCHW on 28×28 CNNs (evaluation 2–3×,
-    one-thread training up to 1.4×; ``docs/results/performance.md``), and
-    contiguous on CUDA.
+    ``auto`` is channels-last on the CPU where the model says it is faster
+    (``model.channels_last_on_cpu``: measured by ``benchmarks/conv_layout.py``; ``fedpart bench``
+    measured 2–3× faster evaluation and up to 1.4× faster one-thread training of FedAvgCNN;
+    ``docs/results/performance.md``), and contiguous on CUDA.
     """
     layout = cfg.engine.conv_layout
     if layout == "auto":
-        return not cfg.engine.device.startswith("cuda")
+        return not cfg.engine.device.startswith("cuda") and model.channels_last_on_cpu
     return layout == "channels_last"
 
 
@@ -139,7 +139,7 @@ class Simulation:
             **cfg.model.options,
         )
         self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
-        self.model.set_channels_last(channels_last(cfg))
+        self.model.set_channels_last(channels_last(cfg, self.model))
         self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = ClientStateStore(
             self.model, self.model.state_dict(), self.algorithm.stored_blocks()

@@ -46,6 +46,9 @@ class BlockModel(nn.Module):
     """
 
     _head_names: tuple[str, ...] | None = None
+    #: what ``engine.conv_layout=auto`` picks on the CPU: channels-last unless measured slower for
+    #: this model (``benchmarks/conv_layout.py``)
+    channels_last_on_cpu: bool = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -114,6 +114,10 @@ class LeNet5(BlockModel):
     ``classifier.weight``.
     """
 
+    #: its 6- and 16-channel convolutions with BatchNorm train 1.1-1.2x slower channels-last on
+    #: the CPU (``benchmarks/conv_layout.py``), so ``engine.conv_layout=auto`` keeps NCHW
+    channels_last_on_cpu = False
+
     def __init__(
         self, num_classes: int, input_shape: tuple[int, ...], *, fc_layers: int = 2
     ) -> None:
