@@ -126,8 +126,9 @@ class EngineConfig:
     ``ray_workers`` CPUs, 0 = all). ``batch_clients``: at most this many clients per batched
     computation (0: all). ``threads`` sets torch's intra-op threads (0: torch's default).
     ``conv_layout``: the memory layout convolutions compute in: ``channels_last`` (oneDNN's fast
-    path on the CPU), ``contiguous`` (NCHW) or ``auto`` (channels-last on the CPU, contiguous on
-    CUDA); the two agree up to float rounding. The batched backend's vmap always computes NCHW.
+    path on the CPU), ``contiguous`` (NCHW) or ``auto`` (on the CPU the model's measured faster
+    layout, ``BlockModel.channels_last_on_cpu``; contiguous on CUDA); the two agree up to float
+    rounding. The batched backend's vmap always computes NCHW.
     """
 
     backend: str = "auto"
