@@ -232,29 +232,6 @@ def train_clients_batched(
     reason = can_batch(model, [recipe])
     if reason is not None:
         raise ValueError(f"cannot train batched: {reason}")
-    # vmap cannot query memory formats: the batched computation runs in the contiguous layout
-    layout = model.channels_last
-    model.set_channels_last(False)
-    try:
-        return _train_batched(
-            model, starts, recipe, data, clients, rnd, settings, frozen, chunk, lr_scales
-        )
-    finally:
-        model.set_channels_last(layout)
-
-
-def _train_batched(
-    model: BlockModel,
-    starts: list[State],
-    recipe: Recipe,
-    data: FederatedData,
-    clients: list[int],
-    rnd: int,
-    settings: TrainSettings,
-    frozen: set[str],
-    chunk: int | None,
-    lr_scales: list[list[float]] | None,
-) -> list[TrainResult]:
     model.train()
 
     bs, drop_last = settings.batch_size, settings.drop_last
@@ -271,21 +248,23 @@ def _train_batched(
         key=lambda i: -_steps_per_epoch(sizes[i], bs, drop_last),
     )
     size = chunk or max(len(order), 1)
-    for lo in range(0, len(order), size):
-        group = order[lo : lo + size]
-        trained = _train_group(
-            model,
-            [starts[i] for i in group],
-            recipe,
-            data,
-            [clients[i] for i in group],
-            rnd,
-            settings,
-            frozen,
-            None if lr_scales is None else [lr_scales[i] for i in group],
-        )
-        for i, res in zip(group, trained, strict=True):
-            results[i] = res
+    # vmap cannot query memory formats: the batched computation runs in the contiguous layout
+    with model.conv_layout(channels_last=False):
+        for lo in range(0, len(order), size):
+            group = order[lo : lo + size]
+            trained = _train_group(
+                model,
+                [starts[i] for i in group],
+                recipe,
+                data,
+                [clients[i] for i in group],
+                rnd,
+                settings,
+                frozen,
+                None if lr_scales is None else [lr_scales[i] for i in group],
+            )
+            for i, res in zip(group, trained, strict=True):
+                results[i] = res
 
     out: list[TrainResult] = []
     for i, res in enumerate(results):

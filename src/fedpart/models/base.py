@@ -11,8 +11,9 @@ in-place operations on activations, flattening with ``torch.flatten(x, 1)``.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,16 @@ class BlockModel(nn.Module):
         for module in self.modules():
             if isinstance(module, LayoutConv2d):
                 module.channels_last = bool(enabled)
+
+    @contextlib.contextmanager
+    def conv_layout(self, *, channels_last: bool) -> Iterator[None]:
+        """Compute in the given layout inside the ``with`` block; the previous one is restored."""
+        previous = self.channels_last
+        self.set_channels_last(channels_last)
+        try:
+            yield
+        finally:
+            self.set_channels_last(previous)
 
     @property
     def channels_last(self) -> bool:
