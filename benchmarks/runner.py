@@ -50,6 +50,7 @@ def run_job(job: Job) -> dict:
             str(job.config),
             "engine.backend=sequential",  # the reference backend, as the recorded numbers
             "engine.conv_layout=contiguous",  # the layout the recorded numbers were computed in
+            "engine.cache_features=false",  # per-batch body passes, as the recorded numbers
             *job.overrides,
             "engine.threads=1",
             f"output.dir={job.run_dir}",

@@ -128,7 +128,11 @@ class EngineConfig:
     ``conv_layout``: the memory layout convolutions compute in: ``channels_last`` (oneDNN's fast
     path on the CPU), ``contiguous`` (NCHW) or ``auto`` (on the CPU the model's measured faster
     layout, ``BlockModel.channels_last_on_cpu``; contiguous on CUDA); the two agree up to float
-    rounding. The batched backend's vmap always computes NCHW.
+    rounding. The batched backend's vmap always computes NCHW. ``cache_features``: head-only
+    training phases (FedRep's and DFedPGP's head epochs, FedBABU-style fine-tuning of the head)
+    run the fixed body once per phase, ``eval_batch_size`` samples at a time, and train the head
+    on those features, where that is exact (no augmentation, no BatchNorm or dropout in the body,
+    the plain task loss); equal to per-batch body passes up to float rounding.
     """
 
     backend: str = "auto"
@@ -136,6 +140,7 @@ class EngineConfig:
     threads: int = 0
     eval_batch_size: int = 256
     conv_layout: str = "auto"
+    cache_features: bool = True
     batch_clients: int = 0
     ray_address: str = ""
     ray_workers: int = 0

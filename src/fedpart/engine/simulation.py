@@ -179,6 +179,8 @@ class Simulation:
             local_epochs=self.local_epochs(client),
             drop_last=f.drop_last,
             seed=self.cfg.seed,
+            cache_features=self.cfg.engine.cache_features,
+            feature_batch_size=self.cfg.engine.eval_batch_size,
         )
 
     def train(

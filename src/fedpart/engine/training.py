@@ -14,6 +14,7 @@ import torch
 from torch.func import functional_call
 
 from fedpart.engine.data import FederatedData
+from fedpart.engine.functional import classify, features
 from fedpart.engine.recipe import Recipe
 from fedpart.engine.seeding import torch_generator
 from fedpart.errors import TrainingError
@@ -33,6 +34,11 @@ class TrainSettings:
     local_epochs: int
     drop_last: bool
     seed: int
+    #: head-only phases train on the body's features computed once per phase (see
+    #: :func:`cacheable_features`); equal up to float rounding to per-batch body passes
+    cache_features: bool = False
+    #: samples per body pass when the features are cached
+    feature_batch_size: int = 256
 
 
 @dataclass
@@ -64,6 +70,30 @@ def trainable_keys(model: BlockModel, blocks: set[str]) -> list[str]:
     return [k for k, _ in model.named_parameters() if model.block_of(k) in blocks]
 
 
+def cacheable_features(
+    model: BlockModel, keys: list[str], recipe: Recipe, data: FederatedData
+) -> bool:
+    """Whether a phase training ``keys`` can train on cached body features, exactly.
+
+    The phase must train head parameters only (the body is then fixed for the whole phase), with
+    the plain task loss on ``model(x)`` (no custom objective), no augmentation (the inputs are the
+    same every epoch), and a body that computes the same function in training mode whatever the
+    batch (no buffers such as BatchNorm statistics, no dropout).
+    """
+    head = set(model.head_names)
+    if recipe.objective is not None or data.augment != "none" or not keys:
+        return False
+    if any(model.block_of(k) not in head for k in keys):
+        return False
+    for name in model.body_names():
+        block = model.get_submodule(name)
+        if any(True for _ in block.buffers()):
+            return False
+        if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in block.modules()):
+            return False
+    return True
+
+
 def train_client(
     model: BlockModel,
     start: State,
@@ -93,17 +123,31 @@ def train_client(
         lr = settings.lr * phase.lr_scale
         momentum_buf: dict[str, torch.Tensor] = {}
         phase_steps, phase_samples = steps, samples
+        cached: torch.Tensor | None = None
+        if settings.cache_features and cacheable_features(model, keys, recipe, data):
+            fb = settings.feature_batch_size
+            with torch.no_grad():
+                cached = torch.cat(
+                    [
+                        features(model, state, data.batch(train_idx[i : i + fb], train=True)[0])
+                        for i in range(0, n, fb)
+                    ]
+                )
         for epoch in range(epochs):
             order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
             augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
             for positions in batch_slices(n, settings.batch_size, settings.drop_last, order):
-                x, y = data.batch(train_idx[positions], train=True, generator=augment)
                 params = {k: state[k].detach().requires_grad_(True) for k in keys}
                 current = {**state, **params}
-                if recipe.objective is not None:
-                    loss = recipe.objective(model, current, x, y)
+                if cached is not None:
+                    y = data.y[train_idx[positions]]
+                    loss = recipe.criterion(classify(model, current, cached[positions]), y)
                 else:
-                    loss = recipe.criterion(functional_call(model, current, (x,)), y)
+                    x, y = data.batch(train_idx[positions], train=True, generator=augment)
+                    if recipe.objective is not None:
+                        loss = recipe.objective(model, current, x, y)
+                    else:
+                        loss = recipe.criterion(functional_call(model, current, (x,)), y)
                 for term in phase.loss_terms:
                     loss = loss + term.weight * term.fn(current)
                 grads = torch.autograd.grad(loss, [params[k] for k in keys])
