@@ -83,6 +83,8 @@ def cacheable_features(
     head = set(model.head_names)
     if recipe.objective is not None or data.augment != "none" or not keys:
         return False
+    if type(model).forward is not BlockModel.forward:  # forward = classify ∘ features
+        return False
     if any(model.block_of(k) not in head for k in keys):
         return False
     for name in model.body_names():
