@@ -23,6 +23,7 @@ CASES = [
     ("fedavgcnn", {}, (1, 28, 28), 10),
     ("fedavgcnn", {}, (3, 32, 32), 100),
     ("fedavgcnn", {}, (3, 64, 64), 200),
+    ("fedavgcnn", {"norm": "batch", "width": 4}, (1, 28, 28), 10),
     ("fedavgcnn", {"padding": 2}, (1, 8, 8), 10),
     ("uapdfl_cnn", {}, (3, 32, 32), 10),
     ("uapdfl_cnn", {}, (3, 28, 28), 9),
@@ -53,7 +54,7 @@ def test_registry_lists_every_model_with_documented_options() -> None:
     for name, info in MODELS.items():
         assert isinstance(info, ModelInfo) and info.name == name and info.description
         assert all(isinstance(doc, str) and doc for doc in info.options.values())
-    assert set(MODELS["fedavgcnn"].options) == {"padding", "width"}
+    assert set(MODELS["fedavgcnn"].options) == {"padding", "width", "norm"}
     assert set(MODELS["lenet5"].options) == {"fc_layers"}
     assert set(MODELS["pa3dfl_cnn"].options) == {"variant"}
     assert set(MODELS["resnet18"].options) == {"stem", "norm", "gn_groups"}

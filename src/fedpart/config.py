@@ -83,6 +83,9 @@ class FederationConfig:
 
     The learning rate of round t is ``lr * lr_decay**t``. ``drop_last`` drops the last
     incomplete batch of each local epoch (a client smaller than one batch still takes one step).
+    ``batchnorm_stats``: ``shared`` (BatchNorm running statistics are sent and averaged like
+    any tensor) or ``local`` (they stay on each client: FL-bench aggregates only trainable
+    tensors, so every method of the FedCMD protocol keeps them local).
     """
 
     rounds: int = 50
@@ -95,6 +98,7 @@ class FederationConfig:
     weight_decay: float = 0.0
     drop_last: bool = False
     local_epochs_groups: list[int] = field(default_factory=list)
+    batchnorm_stats: str = "shared"
 
 
 @dataclass
@@ -152,11 +156,15 @@ class EvaluationConfig:
 
     ``every``: evaluate every this many rounds (the last round always). ``last_k``: the window of
     the ``last10_mean``-style summary. ``split``: ``test`` or ``val`` (the per-client split used).
+    ``participants``: FL-bench's protocol, every round, on the round's sampled clients only —
+    ``before`` (the model each receives, before local training), ``after`` (after local
+    training), ``both`` or ``none``; sample-weighted over the participants' splits.
     """
 
     every: int = 1
     last_k: int = 10
     split: str = "test"
+    participants: str = "none"
 
 
 @dataclass
@@ -380,6 +388,7 @@ _SECTION_TYPES: dict[str, type] = {
 BACKENDS = ("auto", "sequential", "batched", "ray")
 CONV_LAYOUTS = ("auto", "channels_last", "contiguous")
 AUGMENTS = ("auto", "none", "crop", "crop_flip")
+PARTICIPANT_PROTOCOLS = ("none", "before", "after", "both")
 
 
 def validate(cfg: Config) -> None:
@@ -435,6 +444,9 @@ def validate(cfg: Config) -> None:
     _range("federation.lr_decay", f.lr_decay, 0.0, lo_open=True)
     _range("federation.momentum", f.momentum, 0.0, 1.0)
     _range("federation.weight_decay", f.weight_decay, 0.0)
+    _choice(
+        "federation.batchnorm_stats", f.batchnorm_stats, ("shared", "local"), "BatchNorm statistics"
+    )
 
     from fedpart.topology import TOPOLOGIES, WEIGHTS
 
@@ -471,6 +483,12 @@ def validate(cfg: Config) -> None:
     _range("evaluation.every", cfg.evaluation.every, 1)
     _range("evaluation.last_k", cfg.evaluation.last_k, 1)
     _choice("evaluation.split", cfg.evaluation.split, ("test", "val"), "evaluation split")
+    _choice(
+        "evaluation.participants",
+        cfg.evaluation.participants,
+        PARTICIPANT_PROTOCOLS,
+        "participants protocol",
+    )
     _range("output.checkpoint_every", cfg.output.checkpoint_every, 0)
 
 

@@ -15,6 +15,7 @@ import torch
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import Recipe
 from fedpart.errors import ConfigError
+from fedpart.models.base import batchnorm_keys
 
 if TYPE_CHECKING:
     from fedpart.engine.simulation import Simulation
@@ -47,6 +48,9 @@ class Algorithm:
     #: backends the method can run on (``batched`` and ``ray`` need the default ``local_update``;
     #: ``batched`` also one recipe shared by the clients of a round)
     backends: ClassVar[tuple[str, ...]] = ("sequential", "batched", "ray")
+    #: model options the method needs, applied when the model offers the option and the config
+    #: leaves it unset (FedBN: ``{"norm": "batch"}`` gives the quick-start CNN BatchNorm)
+    model_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, options: Any, sim: Simulation) -> None:
         self.options = options
@@ -86,6 +90,16 @@ class Algorithm:
     # ------------------------------------------------------- the three choices
     def personal_blocks(self) -> set[str]:
         """Blocks that never leave their client."""
+        return set()
+
+    def personal_keys(self) -> set[str]:
+        """State keys, beyond those of :meth:`personal_blocks`, that never leave their client.
+
+        By default the BatchNorm running statistics under ``federation.batchnorm_stats=local``
+        (FL-bench's behaviour: only trainable tensors are aggregated).
+        """
+        if self.sim.cfg.federation.batchnorm_stats == "local":
+            return set(batchnorm_keys(self.sim.model))
         return set()
 
     def stored_blocks(self) -> set[str]:
@@ -138,6 +152,12 @@ class Algorithm:
     def eval_state(self, client: int) -> State:
         """The model a client is evaluated with (its personalised model)."""
         return self.sim.store.client_state(client)
+
+    def received_state(self, rnd: int, client: int) -> State:
+        """The model a participant of round ``rnd`` holds once the server's message arrived,
+        before it trains: what ``evaluation.participants=before`` (FL-bench's "test before")
+        evaluates. By default its personalised model, :meth:`eval_state`."""
+        return self.eval_state(client)
 
     def round_metrics(self) -> dict[str, Any]:
         """Method-specific numbers of the round just run, added to its ``metrics.jsonl`` row."""

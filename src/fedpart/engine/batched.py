@@ -107,6 +107,8 @@ def can_batch(model: nn.Module, recipes: list[Recipe]) -> str | None:
             f"model {type(model).__name__} has dropout ({dropout[0]}), whose random draws "
             "cannot match the sequential backend's"
         )
+    if any(r.observe is not None for r in recipes):
+        return "the recipe observes block outputs, which only the sequential trainer reports"
     if recipes:
         first = recipes[0]
         for i, other in enumerate(recipes[1:], start=1):

@@ -22,15 +22,42 @@ def weighted_average(
     Integer tensors (e.g. BatchNorm's ``num_batches_tracked``) are averaged and rounded.
     """
     w = torch.tensor([float(x) for x in weights], dtype=torch.float64)
-    w = w / w.sum()
-    out: dict[str, torch.Tensor] = {}
+    return mix_states(states, (w / w.sum())[None], keys)[0]
+
+
+def mix_states(
+    states: Sequence[Mapping[str, torch.Tensor]], weights: torch.Tensor, keys: Sequence[str]
+) -> list[dict[str, torch.Tensor]]:
+    """Row i of the result is Σ_j W[i, j] · states[j] for each key: a general mixing matrix
+    ``weights`` [m, n] (float64) over n states, giving m mixed states. Per-client server
+    aggregation (pFedSim, FedCMD, FedFomo, FedAP) is one such matrix, row i being what client i
+    receives; FedAvg is the rank-one case. Integer tensors are mixed in float64 and rounded.
+    """
+    w = weights.to(torch.float64)
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(w.shape[0])]
     for key in keys:
         stacked = torch.stack([s[key] for s in states])
         if stacked.is_floating_point():
-            out[key] = mix(stacked, w[None].to(stacked.dtype))[0]
+            mixed = mix(stacked, w.to(stacked.dtype))
         else:
-            out[key] = mix(stacked.double(), w[None])[0].round().to(stacked.dtype)
+            mixed = mix(stacked.double(), w).round().to(stacked.dtype)
+        for i in range(w.shape[0]):
+            out[i][key] = mixed[i]
     return out
+
+
+def normalize_rows(weights: torch.Tensor, how: str = "linear") -> torch.Tensor:
+    """Row-stochastic weights from non-negative scores: ``linear`` divides each row by its sum,
+    ``softmax`` takes exp then divides (pFedSim's and FedCMD's code). A row of zeros under
+    ``linear`` is left at zero (the caller decides what such a client receives)."""
+    w = weights.to(torch.float64)
+    if how == "softmax":
+        e = torch.exp(w)
+        return e / e.sum(1, keepdim=True)
+    if how != "linear":
+        raise ValueError(f"unknown normalisation {how!r}")
+    sums = w.sum(1, keepdim=True)
+    return torch.where(sums > 0, w / sums.clamp_min(1e-300), torch.zeros_like(w))
 
 
 def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> int:

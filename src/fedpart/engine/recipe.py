@@ -55,17 +55,35 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class Observer:
+    """Reads the outputs of some blocks on every training batch, before the batch's step.
+
+    ``fn(x, y, outputs)`` receives the prepared batch and ``{block: output}`` (detached) and
+    returns a value; the values of all batches, in order, come back in
+    ``TrainResult.observations``. The trainer registers forward hooks only while a recipe has
+    an observer, so methods that do not observe pay nothing. ``fn`` should be a module-level
+    function (or a ``functools.partial`` of one) so that a client can be trained in another
+    process.
+    """
+
+    blocks: tuple[str, ...]
+    fn: Callable[[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]], object]
+
+
+@dataclass(frozen=True)
 class Recipe:
     """The local training of one client in one round: phases run in order.
 
     Momentum buffers start at zero in every phase (one optimiser per phase, as FedRep's head and
     body optimisers are separate). ``objective``, when given, replaces ``criterion(model(x), y)``
     as the task loss: it receives ``(model, state, x, y)`` and may use several heads.
+    ``observe`` reads block outputs of every batch (:class:`Observer`).
     """
 
     phases: tuple[Phase, ...] = (Phase(),)
     criterion: Criterion = field(default=cross_entropy)
     objective: Objective | None = None
+    observe: Observer | None = None
 
 
 def head_then_body(

@@ -30,6 +30,21 @@ from fedpart.tracking.run_dir import RunDir, summarize
 
 CHECKPOINT_FORMAT = 1
 
+#: what produced each accuracy of ``summary.json`` (its ``protocols`` entry)
+PROTOCOL_DOCS = {
+    "accuracy": "every client's personalised model on its own evaluation split, mean over clients",
+    "accuracy_weighted": "as accuracy, weighted by the clients' evaluation samples",
+    "global_accuracy": "the server model on the official test split",
+    "participants_accuracy_before": (
+        "FL-bench 'test before': each round's sampled clients, the model each receives before "
+        "local training, sample-weighted over their evaluation splits"
+    ),
+    "participants_accuracy_after": (
+        "FL-bench 'test after': each round's sampled clients after local training, "
+        "sample-weighted over their evaluation splits"
+    ),
+}
+
 
 @dataclass
 class Result:
@@ -86,6 +101,16 @@ def channels_last(cfg: Config, model: BlockModel) -> bool:
     return layout == "channels_last"
 
 
+def model_options(cfg: Config, algo_cls: Any) -> dict[str, Any]:
+    """``model.*`` options with the method's ``model_defaults`` filled in where the model offers
+    the option and the config leaves it unset."""
+    from fedpart.models import MODELS
+
+    offered = MODELS[cfg.model.name].options
+    defaults = {k: v for k, v in algo_cls.model_defaults.items() if k in offered}
+    return {**defaults, **cfg.model.options}
+
+
 def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> list[int]:
     """The round's participants, from a stream keyed by (seed, round): the same for every method."""
     m = max(1, int(round(join_ratio * num_clients)))
@@ -136,13 +161,16 @@ class Simulation:
             cfg.model.name,
             num_classes=data.num_classes,
             input_shape=tuple(data.bundle.input_shape),
-            **cfg.model.options,
+            **model_options(cfg, algo_cls),
         )
         self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
         self.model.set_channels_last(channels_last(cfg, self.model))
         self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = ClientStateStore(
-            self.model, self.model.state_dict(), self.algorithm.stored_blocks()
+            self.model,
+            self.model.state_dict(),
+            self.algorithm.stored_blocks(),
+            self.algorithm.personal_keys(),
         )
         self.topology: Topology | None = None
         if self.algorithm.setting == "decentralized":
@@ -352,7 +380,18 @@ class Simulation:
         )
         down_keys = algo.download_keys(rnd)
         down_each = tensor_bytes({k: self.store.global_state[k] for k in down_keys})
+        protocol = cfg.evaluation.participants
+        evaluated: dict[str, Any] = {}
+        if protocol in ("before", "both"):
+            states = [algo.received_state(rnd, c) for c in participants]
+            evaluated["participants_accuracy_before"] = self.evaluate_participants(
+                participants, states
+            )
         results, stats = self.train_clients(rnd, participants)
+        if protocol in ("after", "both"):
+            evaluated["participants_accuracy_after"] = self.evaluate_participants(
+                list(results), [r.state for r in results.values()]
+            )
         uploads: dict[int, dict[str, torch.Tensor]] = {}
         weights: dict[int, float] = {}
         up_bytes = 0
@@ -364,6 +403,7 @@ class Simulation:
         algo.aggregate(rnd, uploads, weights)
         return {
             **stats,
+            **evaluated,
             "up_bytes": int(up_bytes),
             "down_bytes": int(down_each * len(participants)),
         }
@@ -383,6 +423,19 @@ class Simulation:
         return {**stats, **self.exchange.row()}
 
     # ------------------------------------------------------------ evaluation
+    def evaluate_participants(
+        self, clients: list[int], states: list[dict[str, torch.Tensor]]
+    ) -> float | None:
+        """Sample-weighted accuracy of ``states[i]`` on client ``clients[i]``'s evaluation split
+        (FL-bench's per-round metric: Σ correct / Σ samples over the round's participants)."""
+        split = self.cfg.evaluation.split
+        index = [getattr(self.data.clients[c], split) for c in clients]
+        outcomes = evaluate_clients(
+            self.model, states, index, self.data, self.cfg.engine.eval_batch_size
+        )
+        total = sum(ok.numel() for ok, _ in outcomes)
+        return float(sum(float(ok.sum()) for ok, _ in outcomes) / total) if total else None
+
     def evaluate(self) -> dict[str, Any]:
         """Personalised accuracy (each client's model on its own split) and the global accuracy."""
         split = self.cfg.evaluation.split
@@ -512,6 +565,7 @@ class Simulation:
             rounds_completed=self.rounds_completed,
             wall_seconds=round(self.elapsed, 3),
             last_k=cfg.evaluation.last_k,
+            protocols=PROTOCOL_DOCS,
             extra={
                 "seed": cfg.seed,
                 "model": cfg.model.name,
@@ -532,6 +586,8 @@ class Simulation:
         out = {f"global/{k}": v for k, v in self.store.global_state.items()}
         for c, state in self.store.personal.items():
             out.update({f"personal/{c}/{k}": v for k, v in state.items()})
+        for c, state in self.store.tailored.items():
+            out.update({f"tailored/{c}/{k}": v for k, v in state.items()})
         extra_tensors, _ = self.algorithm.extra_state()
         out.update({f"extra/{k}": v for k, v in extra_tensors.items()})
         return out
@@ -561,9 +617,10 @@ class Simulation:
             kind, rest = name.split("/", 1)
             if kind == "global":
                 store.global_state[rest] = value.to(self.device)
-            elif kind == "personal":
+            elif kind in ("personal", "tailored"):
                 client, key = rest.split("/", 1)
-                store.personal.setdefault(int(client), {})[key] = value.to(self.device)
+                per_client = store.personal if kind == "personal" else store.tailored
+                per_client.setdefault(int(client), {})[key] = value.to(self.device)
             else:
                 extra[rest] = value.to(self.device)
         self.algorithm.load_extra_state(extra, meta.get("algorithm_state", {}))

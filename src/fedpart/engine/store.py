@@ -1,6 +1,20 @@
-"""The client state store: one server model plus, per client, only what is personal."""
+"""The client state store: one server model plus, per client, only what is per client.
+
+Two kinds of per-client tensors:
+
+- **personal** tensors live on the client and never leave it (a personal head, BatchNorm
+  statistics under FedBN, every block of a decentralized method);
+- **tailored** tensors are held by the *server*, one aggregate per client (pFedSim, FedCMD's
+  layers after the personalized one, FedFomo, FedAP): the server sends client i its own
+  aggregate instead of the global one. A client without a tailored aggregate gets the global
+  tensors.
+
+A client's model is ``global ⊕ tailored[i] ⊕ personal[i]`` (later entries win).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 
@@ -10,38 +24,70 @@ State = dict[str, torch.Tensor]
 
 
 class ClientStateStore:
-    """Holds the server's model and each client's personal tensors, never a full copy per client.
+    """Holds the server's model and each client's per-client tensors, never a full copy per
+    client unless the method makes every block per-client.
 
     A client that has not trained yet has the common initialisation as its personal part
     (every client starts from the same initial model, as in the reference implementations).
     """
 
-    def __init__(self, model: BlockModel, init_state: State, personal_blocks: set[str]) -> None:
+    def __init__(
+        self,
+        model: BlockModel,
+        init_state: State,
+        personal_blocks: set[str],
+        personal_keys: Iterable[str] = (),
+    ) -> None:
         unknown = set(personal_blocks) - set(model.block_names)
         if unknown:
             raise ValueError(
                 f"unknown personal blocks {sorted(unknown)}; blocks: {model.block_names}"
             )
+        extra = set(personal_keys)
+        unknown_keys = extra - set(init_state)
+        if unknown_keys:
+            raise ValueError(f"unknown personal keys {sorted(unknown_keys)}")
         self.model = model
         self.keys = list(init_state)
         self.global_state: State = {k: v.detach().clone() for k, v in init_state.items()}
-        self.personal_keys = [k for k in self.keys if model.block_of(k) in personal_blocks]
+        self.personal_keys = [
+            k for k in self.keys if model.block_of(k) in personal_blocks or k in extra
+        ]
         self.init_personal: State = {k: self.global_state[k].clone() for k in self.personal_keys}
         self.personal: dict[int, State] = {}
+        self.tailored: dict[int, State] = {}
 
     def client_state(self, client: int) -> State:
-        """The full model of ``client``: server tensors overlaid with its personal tensors.
+        """The full model of ``client``: server tensors overlaid with its tailored aggregate
+        and its personal tensors.
 
         The returned tensors are shared with the store; callers must not modify them in place.
         """
-        if not self.personal_keys:
+        tailored = self.tailored.get(client)
+        if not self.personal_keys and not tailored:
             return dict(self.global_state)
-        return {**self.global_state, **self.personal.get(client, self.init_personal)}
+        state = {**self.global_state, **tailored} if tailored else dict(self.global_state)
+        if self.personal_keys:
+            state.update(self.personal.get(client, self.init_personal))
+        return state
+
+    def server_state(self, client: int) -> State:
+        """What the server holds for ``client``: the global tensors overlaid with its tailored
+        aggregate (no personal tensors; those the server never sees)."""
+        tailored = self.tailored.get(client)
+        return {**self.global_state, **tailored} if tailored else dict(self.global_state)
 
     def set_personal(self, client: int, state: State) -> None:
         """Keep the personal part of ``state`` for ``client``."""
         if self.personal_keys:
             self.personal[client] = {k: state[k].detach() for k in self.personal_keys}
+
+    def set_tailored(self, client: int, state: State) -> None:
+        """Replace the server's aggregate for ``client`` by ``state`` (some shared keys)."""
+        personal = set(self.personal_keys)
+        if personal & set(state):
+            raise ValueError(f"personal keys cannot be tailored: {sorted(personal & set(state))}")
+        self.tailored[client] = {k: v.detach() for k, v in state.items()}
 
     def shared_keys(self, frozen_blocks: set[str] = frozenset()) -> list[str]:
         """Keys that are neither personal nor in ``frozen_blocks``."""
@@ -53,5 +99,28 @@ class ClientStateStore:
         ]
 
     def personal_bytes(self) -> int:
-        """Bytes held as per-client personal state."""
-        return sum(t.numel() * t.element_size() for s in self.personal.values() for t in s.values())
+        """Bytes held as per-client state (personal and server-side tailored tensors)."""
+        return sum(
+            t.numel() * t.element_size()
+            for store in (self.personal, self.tailored)
+            for s in store.values()
+            for t in s.values()
+        )
+
+
+def pack_clients(prefix: str, per_client: dict[int, State]) -> dict[str, torch.Tensor]:
+    """Per-client method state (FedDyn's gradients, FedFomo's models, ...) as flat named tensors
+    ``{prefix}/{client}/{key}`` for a checkpoint's ``extra_state``."""
+    return {f"{prefix}/{c}/{k}": v for c, state in per_client.items() for k, v in state.items()}
+
+
+def unpack_clients(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[int, State]:
+    """The inverse of :func:`pack_clients` (other prefixes are ignored)."""
+    out: dict[int, State] = {}
+    for name, value in tensors.items():
+        head, _, rest = name.partition("/")
+        if head != prefix:
+            continue
+        client, _, key = rest.partition("/")
+        out.setdefault(int(client), {})[key] = value
+    return out

@@ -51,6 +51,8 @@ class TrainResult:
     steps: int
     #: per phase actually run: (trained parameter keys, steps, samples) — for cost accounting
     phases: list[tuple[tuple[str, ...], int, int]] = field(default_factory=list)
+    #: what the recipe's observer returned for each batch, in order (empty without one)
+    observations: list[object] = field(default_factory=list)
 
 
 def batch_slices(
@@ -81,7 +83,9 @@ def cacheable_features(
     batch (no buffers such as BatchNorm statistics, no dropout).
     """
     head = set(model.head_names)
-    if recipe.objective is not None or data.augment != "none" or not keys:
+    if recipe.objective is not None or recipe.observe is not None:
+        return False
+    if data.augment != "none" or not keys:
         return False
     if type(model).forward is not BlockModel.forward:  # forward = classify ∘ features
         return False
@@ -94,6 +98,13 @@ def cacheable_features(
         if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in block.modules()):
             return False
     return True
+
+
+def _keeper(seen: dict[str, torch.Tensor], name: str):  # noqa: ANN202 - a forward hook
+    def keep(_module: object, _inputs: object, output: torch.Tensor) -> None:
+        seen[name] = output.detach()
+
+    return keep
 
 
 def train_client(
@@ -115,65 +126,81 @@ def train_client(
     samples = 0
     steps = 0
     phase_log: list[tuple[tuple[str, ...], int, int]] = []
-    all_blocks = set(model.block_names)
-    for phase_no, phase in enumerate(recipe.phases):
-        blocks = (all_blocks if phase.blocks is None else set(phase.blocks)) - set(frozen)
-        keys = trainable_keys(model, blocks)
-        epochs = settings.local_epochs if phase.epochs is None else phase.epochs
-        if not keys or epochs <= 0 or n == 0:
-            continue
-        lr = settings.lr * phase.lr_scale
-        momentum_buf: dict[str, torch.Tensor] = {}
-        phase_steps, phase_samples = steps, samples
-        cached: torch.Tensor | None = None
-        if settings.cache_features and cacheable_features(model, keys, recipe, data):
-            fb = settings.feature_batch_size
-            with torch.no_grad():
-                cached = torch.cat(
-                    [
-                        features(model, state, data.batch(train_idx[i : i + fb], train=True)[0])
-                        for i in range(0, n, fb)
-                    ]
-                )
-        for epoch in range(epochs):
-            order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
-            augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
-            for positions in batch_slices(n, settings.batch_size, settings.drop_last, order):
-                params = {k: state[k].detach().requires_grad_(True) for k in keys}
-                current = {**state, **params}
-                if cached is not None:
-                    y = data.y[train_idx[positions]]
-                    loss = recipe.criterion(classify(model, current, cached[positions]), y)
-                else:
-                    x, y = data.batch(train_idx[positions], train=True, generator=augment)
-                    if recipe.objective is not None:
-                        loss = recipe.objective(model, current, x, y)
-                    else:
-                        loss = recipe.criterion(functional_call(model, current, (x,)), y)
-                for term in phase.loss_terms:
-                    loss = loss + term.weight * term.fn(current)
-                grads = torch.autograd.grad(loss, [params[k] for k in keys])
+    observations: list[object] = []
+    seen: dict[str, torch.Tensor] = {}
+    hooks = []
+    if recipe.observe is not None:
+        for name in recipe.observe.blocks:
+            hooks.append(model.get_submodule(name).register_forward_hook(_keeper(seen, name)))
+    try:
+        all_blocks = set(model.block_names)
+        for phase_no, phase in enumerate(recipe.phases):
+            blocks = (all_blocks if phase.blocks is None else set(phase.blocks)) - set(frozen)
+            keys = trainable_keys(model, blocks)
+            epochs = settings.local_epochs if phase.epochs is None else phase.epochs
+            if not keys or epochs <= 0 or n == 0:
+                continue
+            lr = settings.lr * phase.lr_scale
+            momentum_buf: dict[str, torch.Tensor] = {}
+            phase_steps, phase_samples = steps, samples
+            cached: torch.Tensor | None = None
+            if settings.cache_features and cacheable_features(model, keys, recipe, data):
+                fb = settings.feature_batch_size
                 with torch.no_grad():
-                    directions = []
-                    for k, g in zip(keys, grads, strict=True):
-                        d = g + settings.weight_decay * state[k] if settings.weight_decay else g
-                        if settings.momentum:
-                            buf = momentum_buf.get(k)
-                            d = d.clone() if buf is None else buf.mul_(settings.momentum).add_(d)
-                            momentum_buf[k] = d
-                        directions.append(d)
-                    # p ← p − lr·d in place (the graph is freed): the rounding of ``p - lr * d``
-                    torch._foreach_sub_(
-                        [state[k] for k in keys], torch._foreach_mul(directions, lr)
+                    cached = torch.cat(
+                        [
+                            features(model, state, data.batch(train_idx[i : i + fb], train=True)[0])
+                            for i in range(0, n, fb)
+                        ]
                     )
-                loss_sum += float(loss.detach()) * len(y)
-                samples += len(y)
-                steps += 1
-        phase_log.append((tuple(keys), steps - phase_steps, samples - phase_samples))
+            for epoch in range(epochs):
+                order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
+                augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
+                for positions in batch_slices(n, settings.batch_size, settings.drop_last, order):
+                    params = {k: state[k].detach().requires_grad_(True) for k in keys}
+                    current = {**state, **params}
+                    if cached is not None:
+                        y = data.y[train_idx[positions]]
+                        loss = recipe.criterion(classify(model, current, cached[positions]), y)
+                    else:
+                        x, y = data.batch(train_idx[positions], train=True, generator=augment)
+                        if recipe.objective is not None:
+                            loss = recipe.objective(model, current, x, y)
+                        else:
+                            loss = recipe.criterion(functional_call(model, current, (x,)), y)
+                        if recipe.observe is not None:
+                            observations.append(recipe.observe.fn(x, y, dict(seen)))
+                    for term in phase.loss_terms:
+                        loss = loss + term.weight * term.fn(current)
+                    grads = torch.autograd.grad(loss, [params[k] for k in keys])
+                    with torch.no_grad():
+                        directions = []
+                        for k, g in zip(keys, grads, strict=True):
+                            d = g + settings.weight_decay * state[k] if settings.weight_decay else g
+                            if settings.momentum:
+                                buf = momentum_buf.get(k)
+                                d = (
+                                    d.clone()
+                                    if buf is None
+                                    else buf.mul_(settings.momentum).add_(d)
+                                )
+                                momentum_buf[k] = d
+                            directions.append(d)
+                        # p ← p − lr·d in place (the graph is freed): the rounding of ``p - lr * d``
+                        torch._foreach_sub_(
+                            [state[k] for k in keys], torch._foreach_mul(directions, lr)
+                        )
+                    loss_sum += float(loss.detach()) * len(y)
+                    samples += len(y)
+                    steps += 1
+            phase_log.append((tuple(keys), steps - phase_steps, samples - phase_samples))
+    finally:
+        for hook in hooks:
+            hook.remove()
     mean_loss = loss_sum / samples if samples else 0.0
     if not math.isfinite(mean_loss):
         raise TrainingError(
             f"training diverged: non-finite loss at round {rnd} on client {client}; "
             "lower federation.lr (or raise the method's regularisation) and resume from the last checkpoint"
         )
-    return TrainResult(state, mean_loss, samples, steps, phase_log)
+    return TrainResult(state, mean_loss, samples, steps, phase_log, observations)

@@ -31,6 +31,7 @@ __all__ = [
     "LayoutConv2d",
     "ModelInfo",
     "build_model",
+    "batchnorm_keys",
     "count_parameters",
     "register_model",
 ]
@@ -218,6 +219,22 @@ def count_parameters(model: nn.Module, blocks: Iterable[str] | None = None) -> i
     return sum(p.numel() for k, p in model.named_parameters() if k.split(".", 1)[0] in wanted)
 
 
+def batchnorm_keys(model: nn.Module, *, statistics: bool = True, affine: bool = False) -> list[str]:
+    """State-dict keys of the model's BatchNorm layers: their running statistics
+    (``running_mean``, ``running_var``, ``num_batches_tracked``) and/or affine parameters
+    (``weight``, ``bias``). Personal BatchNorm (FedBN, FL-bench's local statistics) keeps them."""
+    keys: list[str] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+            continue
+        prefix = f"{name}." if name else ""
+        if affine:
+            keys += [prefix + k for k, _ in module.named_parameters(recurse=False)]
+        if statistics:
+            keys += [prefix + k for k, b in module.named_buffers(recurse=False) if b is not None]
+    return keys
+
+
 # --------------------------------------------------------------------------------- layers
 class LayoutConv2d(nn.Conv2d):
     """``nn.Conv2d`` that can compute in the channels-last layout (``channels_last``, off by
@@ -239,7 +256,8 @@ class LayoutConv2d(nn.Conv2d):
 
 
 class ConvBlock(LayoutConv2d):
-    """``Conv2d`` → ReLU → ``MaxPool2d(pool)``; its keys are the conv's (``<block>.weight``).
+    """``Conv2d`` → [``BatchNorm2d``] → ReLU → ``MaxPool2d(pool)``; its keys are the conv's
+    (``<block>.weight``) and, with ``batchnorm=True``, the norm's (``<block>.norm.*``).
 
     ``relu=False`` or ``pool=0`` drop that step. ReLU and max-pooling commute exactly, so the
     block computes pool-then-ReLU (a quarter of the ReLU work; "pool, relu" as some papers print
@@ -256,16 +274,20 @@ class ConvBlock(LayoutConv2d):
         padding: int = 0,
         relu: bool = True,
         pool: int = 2,
+        batchnorm: bool = False,
     ) -> None:
         super().__init__(in_channels, out_channels, kernel_size, padding=padding)
         self.relu = relu
         self.pool = pool
+        self.norm = nn.BatchNorm2d(out_channels) if batchnorm else None
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, relu={self.relu}, pool={self.pool}"
 
     def forward(self, x: Tensor) -> Tensor:
         x = super().forward(x)
+        if self.norm is not None:
+            x = self.norm(x)
         # Pooling first: max-pooling commutes with ReLU exactly (values and gradients, ties
         # included), and the ReLU then touches a quarter of the elements.
         if self.pool:

@@ -30,6 +30,7 @@ class FedAvgCNN(BlockModel):
     ``("fc2",)`` for FedAvg-CNN, ``("fc1", "fc2")`` for the UA-PDFL split (g = convs, h = FCs).
     ``width`` divides the channels and the hidden width (32/w, 64/w, 512/w): ``width=1`` is the
     papers' model; larger values give the same architecture at CPU-friendly cost.
+    ``norm="batch"`` adds a BatchNorm2d after each convolution (for FedBN/FedAP-style methods).
     """
 
     def __init__(
@@ -41,13 +42,15 @@ class FedAvgCNN(BlockModel):
         head: tuple[str, ...] = ("fc2",),
         name: str = "fedavgcnn",
         width: int = 1,
+        norm: str = "none",
     ) -> None:
         super().__init__()
         c, h, w = image_shape(name, input_shape)
         self._head_names = head
         c1, c2, hidden = 32 // width, 64 // width, 512 // width
-        self.conv1 = ConvBlock(c, c1, 5, padding=padding)
-        self.conv2 = ConvBlock(c1, c2, 5, padding=padding)
+        bn = norm == "batch"
+        self.conv1 = ConvBlock(c, c1, 5, padding=padding, batchnorm=bn)
+        self.conv2 = ConvBlock(c1, c2, 5, padding=padding, batchnorm=bn)
         hint = "set model.padding=2" if padding < 2 else ""
         out = dry_forward(
             lambda x: self.conv2(self.conv1(x)),
@@ -64,21 +67,28 @@ class FedAvgCNN(BlockModel):
 
 _PADDING_DOC = "zero padding of both 5x5 convs (int >= 0, default 0; use 2 for 8x8 inputs)"
 _WIDTH_DOC = "divide channels and hidden units by this (1, 2, 4, 8; default 1 = the papers' model)"
+_NORM_DOC = "none (default: the papers' model) or batch (BatchNorm2d after each convolution)"
 
 
 @register_model(
     "fedavgcnn",
     "FedAvg CNN (McMahan et al.; FedSeqLayer): conv1, conv2, fc1 | head fc2",
-    {"padding": _PADDING_DOC, "width": _WIDTH_DOC},
+    {"padding": _PADDING_DOC, "width": _WIDTH_DOC, "norm": _NORM_DOC},
 )
 def _build_fedavgcnn(
-    *, num_classes: int, input_shape: tuple[int, ...], padding: Any = 0, width: Any = 1
+    *,
+    num_classes: int,
+    input_shape: tuple[int, ...],
+    padding: Any = 0,
+    width: Any = 1,
+    norm: Any = "none",
 ) -> BlockModel:
     return FedAvgCNN(
         num_classes,
         input_shape,
         padding=int_option("padding", padding),
         width=choice_option("width", width, (1, 2, 4, 8)),
+        norm=choice_option("norm", norm, ("none", "batch")),
     )
 
 

@@ -19,6 +19,8 @@ from safetensors.torch import load_file, save_file
 from fedpart.errors import FedpartError
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoint")
+#: per-round metrics of ``evaluation.participants`` (FL-bench's protocol)
+PARTICIPANT_METRICS = ("participants_accuracy_before", "participants_accuracy_after")
 
 
 class RunDir:
@@ -118,6 +120,7 @@ def summarize(
     rounds_completed: int,
     wall_seconds: float,
     last_k: int = 10,
+    protocols: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``summary.json`` object from the per-round rows.
@@ -131,9 +134,10 @@ def summarize(
         "num_clients": num_clients,
         "rounds_completed": rounds_completed,
     }
-    for key in ("accuracy", "accuracy_weighted", "global_accuracy"):
+    optional = ("global_accuracy", *PARTICIPANT_METRICS)
+    for key in ("accuracy", "accuracy_weighted", *optional):
         stats = _stats(rows, key, last_k)
-        if stats["final"] is None and key == "global_accuracy":
+        if stats["final"] is None and key in optional:
             continue
         if final_row is not None and final_row.get(key) is not None:
             stats["final"] = final_row[key]
@@ -150,6 +154,8 @@ def summarize(
         "train_macs": int(sum(r.get("train_macs") or 0 for r in rows)),
     }
     summary["wall_seconds"] = wall_seconds
+    if protocols:
+        summary["protocols"] = {k: v for k, v in protocols.items() if k in summary}
     if extra:
         summary.update(extra)
     return summary
