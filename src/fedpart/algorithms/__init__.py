@@ -7,6 +7,7 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     dispfl,
     ditto,
     fedavg,
+    fedcmd,
     fedper,
     fedprox,
     fedrep,

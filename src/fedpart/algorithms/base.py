@@ -159,6 +159,14 @@ class Algorithm:
         evaluates. By default its personalised model, :meth:`eval_state`."""
         return self.eval_state(client)
 
+    def trained(self, rnd: int, client: int, result: Any) -> None:
+        """Called with every participant's ``TrainResult`` (whatever the backend), before
+        uploads are collected: e.g. to read what the recipe's observer returned."""
+
+    def summary_values(self) -> dict[str, Any]:
+        """Method-specific values for ``summary.json`` (under the method's name)."""
+        return {}
+
     def round_metrics(self) -> dict[str, Any]:
         """Method-specific numbers of the round just run, added to its ``metrics.jsonl`` row."""
         return {}

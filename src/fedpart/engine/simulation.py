@@ -298,6 +298,7 @@ class Simulation:
                 macs += self.macs.per_sample(result.state, keys) * phase_samples
             trainable = max(trainable, sum(numel[k] for k in trained))
             self.store.set_personal(client, result.state)
+            algo.trained(rnd, client, result)
             results[client] = result
             loss_sum += result.loss * result.samples
             samples += result.samples
@@ -570,6 +571,11 @@ class Simulation:
                 "seed": cfg.seed,
                 "model": cfg.model.name,
                 "personal_state_bytes": self.store.personal_bytes(),
+                **(
+                    {cfg.algorithm.name: values}
+                    if (values := self.algorithm.summary_values())
+                    else {}
+                ),
             },
         )
         return Result(

@@ -77,6 +77,25 @@ class ClientStateStore:
         tailored = self.tailored.get(client)
         return {**self.global_state, **tailored} if tailored else dict(self.global_state)
 
+    def make_personal(self, keys: Iterable[str]) -> None:
+        """From now on keep ``keys`` on the clients (FedCMD's layer l*, fixed after selection):
+        every client's personal value starts as the current server value, which the server
+        keeps unchanged from then on. Values already held per client (e.g. restored from a
+        checkpoint) are kept."""
+        new = [k for k in keys if k not in self.personal_keys]
+        if not new:
+            return
+        wanted = set(self.personal_keys) | set(new)
+        self.personal_keys = [k for k in self.keys if k in wanted]
+        for k in new:
+            self.init_personal[k] = self.global_state[k].clone()
+        for state in self.personal.values():
+            for k in new:
+                state.setdefault(k, self.init_personal[k])
+        for tailored in self.tailored.values():
+            for k in new:
+                tailored.pop(k, None)
+
     def set_personal(self, client: int, state: State) -> None:
         """Keep the personal part of ``state`` for ``client``."""
         if self.personal_keys:

@@ -69,7 +69,12 @@ class RunDir:
         tmp = self.path / ".checkpoint.tmp"
         tmp.mkdir(exist_ok=True)
         save_file(
-            {k: v.detach().contiguous().cpu() for k, v in tensors.items()},
+            # a copy each: tensors may be views of one storage (rows of a mixed stack), which
+            # safetensors refuses to write
+            {
+                k: v.detach().cpu().clone(memory_format=torch.contiguous_format)
+                for k, v in tensors.items()
+            },
             str(tmp / "state.safetensors"),
         )
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

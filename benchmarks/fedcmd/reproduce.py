@@ -1,0 +1,251 @@
+"""Reproduce the FedCMD paper's MNIST and Fashion-MNIST results (Tables VI, II, IX; Fig. 5, 8).
+
+    python benchmarks/fedcmd/reproduce.py --jobs 2                 # every run, then the tables
+    python benchmarks/fedcmd/reproduce.py --only table6 --jobs 2   # one experiment
+    python benchmarks/fedcmd/reproduce.py --report                 # tables from the records only
+
+Every run uses the paper's protocol (configs/fedcmd/*.yaml: FL-bench Dirichlet α = 0.1 over
+100 clients, 50/50 per-client train/test, seed 42, 10 clients per round, 200 rounds, E = 5,
+B = 32, SGD lr 0.01, LeNet5 with local BatchNorm statistics) with data from ../shared/data, two
+runs at a time, one torch thread each. Runs are resumable (``benchmarks/runner.py``); each
+finished run leaves a small record in ``benchmarks/fedcmd/results/<run>.json`` (its summary and
+the per-round metric), which is committed, so the tables can be rebuilt without re-running.
+The paper's metric is the sample-weighted accuracy of the round's 10 participants before local
+training, averaged over the last 10 rounds (spec fedcmd.md §2.5 item 14).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from runner import DATA_ROOT, ROOT, Job, run_job  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+RECORDS = HERE / "results"
+DATASETS = {"mnist": "MNIST", "fmnist": "FMNIST"}
+
+# Table VI, α = 0.1: label -> (config, paper MNIST, paper FMNIST)
+TABLE6 = {
+    "Local-Only": ("local", 96.555, 95.528),
+    "FedAvg": ("fedavg", 94.668, 77.701),
+    "FedBN": ("fedbn", 95.503, 79.463),
+    "FedAP": ("fedap", 98.452, 95.383),
+    "FedBabu": ("fedbabu", 94.32, 74.808),
+    "FedFomo": ("fedfomo", 96.561, 95.341),
+    "FedProx": ("fedprox", 93.47, 79.285),
+    "FedRep": ("fedrep", 97.852, 95.501),
+    "pFedSim": ("pfedsim", 99.062, 96.171),
+    "FedDyn": ("feddyn", 94.369, 78.536),
+    "FedPer": ("fedper", 98.8, 95.709),
+    "FedCMD": ("fedcmd", 99.441, 96.569),
+}
+# Table II (two-FC LeNet5, fixed personalized layer): layer -> (paper MNIST, paper FMNIST)
+TABLE2 = {"fc1": (98.956, 96.420), "fc2": (99.421, 96.599), "classifier": (99.363, 96.403)}
+# Table IX (FMNIST): K_p -> paper
+TABLE9 = {20: 94.736, 60: 96.705, 100: 96.775}
+
+
+def experiments() -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
+    """experiment -> [(run name, config, dataset, overrides)]."""
+    out: dict[str, list[tuple[str, str, str, tuple[str, ...]]]] = {}
+    out["fedcmd"] = [(f"fedcmd-{d}", "fedcmd", d, ()) for d in DATASETS]
+    out["table6"] = [
+        (f"{config}-{d}", config, d, ()) for d in DATASETS for _, (config, _, _) in TABLE6.items()
+    ]
+    out["table2"] = [
+        (f"fedcmd-fixed-{layer}-{d}", "fedcmd", d, (f"algorithm.personal_layer={layer}",))
+        for d in DATASETS
+        for layer in TABLE2
+    ]
+    out["ablation"] = [
+        (f"fedcmd-noweighted-{d}", "fedcmd", d, ("algorithm.weighted_aggregation=false",))
+        for d in DATASETS
+    ]
+    out["table9"] = [
+        (f"fedcmd-kp{kp}-fmnist", "fedcmd", "fmnist", (f"algorithm.selection_rounds={kp}",))
+        for kp in TABLE9
+        if kp != 20
+    ]
+    out["code"] = [(f"fedcmd-code-{d}", "fedcmd", d, ("algorithm.variant=code",)) for d in DATASETS]
+    return out
+
+
+def record(name: str, summary: dict, run_dir: Path) -> None:
+    """Keep what the tables need from a finished run (the run directory itself is not kept)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    keep = (
+        "round",
+        "participants_accuracy_before",
+        "participants_accuracy_after",
+        "up_bytes",
+        "down_bytes",
+        "fedcmd_layer",
+        "fedcmd_votes",
+        "fedcmd_round_winner",
+    )
+    per_round = [{k: r[k] for k in keep if k in r} for r in rows if "stage" not in r]
+    RECORDS.mkdir(exist_ok=True)
+    text = json.dumps({"run": name, "summary": summary, "rounds": per_round}, indent=1)
+    (RECORDS / f"{name}.json").write_text(text + "\n")
+
+
+def load(name: str) -> dict | None:
+    path = RECORDS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def metric(rec: dict | None) -> float | None:
+    if rec is None:
+        return None
+    stats = rec["summary"].get("participants_accuracy_before")
+    return None if stats is None else 100 * stats["last10_mean"]
+
+
+def cell(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def gap(ours: float | None, paper: float) -> str:
+    return "—" if ours is None else f"{ours - paper:+.2f}"
+
+
+def megabytes(rec: dict | None, key: str) -> str:
+    return "—" if rec is None else f"{rec['summary']['communication'][key] / 1e6:.1f}"
+
+
+def report() -> str:
+    lines = [
+        "### Table VI (α = 0.1): last-10-round mean of the participants' accuracy before training (%)\n"
+    ]
+    lines.append("| method | MNIST ours | paper | gap | FMNIST ours | paper | gap |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+    for label, (config, p_m, p_f) in TABLE6.items():
+        m, f = metric(load(f"{config}-mnist")), metric(load(f"{config}-fmnist"))
+        lines.append(
+            f"| {label} | {cell(m)} | {p_m:.3f} | {gap(m, p_m)} | {cell(f)} | {p_f:.3f} | {gap(f, p_f)} |"
+        )
+    lines.append("\n### Table II (fixed personalized layer, two-FC LeNet5)\n")
+    lines.append("| personalized layer | MNIST ours | paper | FMNIST ours | paper |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    for layer, (p_m, p_f) in TABLE2.items():
+        m = metric(load(f"fedcmd-fixed-{layer}-mnist"))
+        f = metric(load(f"fedcmd-fixed-{layer}-fmnist"))
+        lines.append(f"| {layer} | {cell(m)} | {p_m:.3f} | {cell(f)} | {p_f:.3f} |")
+    lines.append("\n### Fig. 5 ablation\n")
+    lines.append("| variant | MNIST | FMNIST |")
+    lines.append("| --- | --- | --- |")
+    for label, stem in (
+        ("FedCMD", "fedcmd"),
+        ("FedCMD without weighted aggregation", "fedcmd-noweighted"),
+        ("FedAvg", "fedavg"),
+    ):
+        m, f = metric(load(f"{stem}-mnist")), metric(load(f"{stem}-fmnist"))
+        lines.append(f"| {label} | {cell(m)} | {cell(f)} |")
+    lines.append("\n### Table IX (FMNIST, FedCMD vs K_p)\n")
+    lines.append("| K_p | ours | paper |")
+    lines.append("| --- | --- | --- |")
+    for kp, paper in TABLE9.items():
+        name = "fedcmd-fmnist" if kp == 20 else f"fedcmd-kp{kp}-fmnist"
+        lines.append(f"| {kp} | {cell(metric(load(name)))} | {paper:.3f} |")
+    lines.append("\n### Selected layer l* (round winners over the selection phase)\n")
+    lines.append("| run | l* | round winners |")
+    lines.append("| --- | --- | --- |")
+    for name in (
+        "fedcmd-mnist",
+        "fedcmd-fmnist",
+        "fedcmd-code-mnist",
+        "fedcmd-code-fmnist",
+        "fedcmd-kp60-fmnist",
+        "fedcmd-kp100-fmnist",
+    ):
+        rec = load(name)
+        if rec is None:
+            lines.append(f"| {name} | — | — |")
+            continue
+        values = rec["summary"].get("fedcmd", {})
+        lines.append(f"| {name} | {values.get('layer')} | {values.get('round_winner_counts')} |")
+    lines.append("\n### Paper variant vs the authors' code (`algorithm.variant=code`)\n")
+    lines.append("| dataset | paper variant | code variant |")
+    lines.append("| --- | --- | --- |")
+    for d, title in DATASETS.items():
+        p, c = metric(load(f"fedcmd-{d}")), metric(load(f"fedcmd-code-{d}"))
+        lines.append(f"| {title} | {cell(p)} | {cell(c)} |")
+    lines.append("\n### Communication over 200 rounds (MB; Fig. 8)\n")
+    lines.append("| method | MNIST up | MNIST down | MNIST total | FMNIST total |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    for label, (config, _, _) in TABLE6.items():
+        m, f = load(f"{config}-mnist"), load(f"{config}-fmnist")
+        total = (
+            "—"
+            if m is None
+            else f"{(m['summary']['communication']['up_bytes'] + m['summary']['communication']['down_bytes']) / 1e6:.1f}"
+        )
+        ftotal = (
+            "—"
+            if f is None
+            else f"{(f['summary']['communication']['up_bytes'] + f['summary']['communication']['down_bytes']) / 1e6:.1f}"
+        )
+        lines.append(
+            f"| {label} | {megabytes(m, 'up_bytes')} | {megabytes(m, 'down_bytes')} | {total} | {ftotal} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--only", default="", help="comma-separated experiments: " + ", ".join(experiments())
+    )
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--data-root", default=DATA_ROOT)
+    ap.add_argument("--out", default=str(HERE / "runs"))
+    ap.add_argument("--configs", default="", help="only runs of these configs (comma-separated)")
+    ap.add_argument("--report", action="store_true", help="print the tables from the records only")
+    args = ap.parse_args()
+    if not args.report:
+        chosen = args.only.split(",") if args.only else list(experiments())
+        unknown = [e for e in chosen if e not in experiments()]
+        if unknown:
+            ap.error(f"unknown experiment(s) {unknown}; valid: {', '.join(experiments())}")
+        runs: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        for e in chosen:
+            for name, config, dataset, overrides in experiments()[e]:
+                runs.setdefault(name, (config, dataset, overrides))
+        if args.configs:
+            keep = set(args.configs.split(","))
+            runs = {n: r for n, r in runs.items() if r[0] in keep}
+        todo = [name for name in runs if load(name) is None]
+        print(
+            f"{len(runs) - len(todo)} of {len(runs)} runs recorded; running {len(todo)}",
+            file=sys.stderr,
+        )
+        t0 = time.time()
+
+        def one(name: str) -> None:
+            config, dataset, overrides = runs[name]
+            job = Job(
+                name,
+                ROOT / "configs/fedcmd" / f"{config}.yaml",
+                Path(args.out) / name,
+                (f"dataset.name={dataset}", f"dataset.root={args.data_root}", *overrides),
+            )
+            summary = run_job(job)
+            if "failed" not in summary:
+                record(name, summary, job.run_dir)
+
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            list(pool.map(one, todo))
+        print(f"wall time {time.time() - t0:.0f} s", file=sys.stderr)
+    print(report())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,520 @@
+"""FedCMD (Chen et al., IEEE TC 2024): Wasserstein personalized-layer selection, then
+similarity-weighted aggregation of the layers after it.
+
+Phase 1 (rounds 0..K_p−1, K_p = ⌊ρK⌋): FedAvg, while every participant scores each candidate
+layer l on every local batch by the feature-distribution transfer of Eq. (6),
+
+    s_l = | (W2(z^{o_l}, z^y) − W2(z^{o_l}, z^x)) − (W2(z^{o_{l−1}}, z^y) − W2(z^{o_{l−1}}, z^x)) |,
+
+with scalar Gaussians z fitted to min–max-normalised tensors and the closed-form 1-D W2
+(Eq. 4); a batch votes for argmin_l s_l, a client for its batches' majority, a round for its
+clients' majority (Alg. 2 line 17), and l* is the majority over the K_p rounds (line 22).
+
+Phase 2 (Alg. 3): l* stays on every client (never aggregated, never broadcast); layers before
+l* are averaged with data-size weights (Eq. 2); layers after l* are aggregated per client,
+Σ_j Φ_ij ω_j / Σ_j Φ_ij (Eq. 7), with Φ_ij = max(0, cos(φ_i, φ_j)) of the clients'
+personalized-layer parameters (Eq. 8) in a persistent N×N matrix. ``variant=code`` switches every
+point where the authors' code departs from the paper (docs/methods/fedcmd.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedpart.algorithms.base import Algorithm, State
+from fedpart.algorithms.registry import register
+from fedpart.engine.functional import call_method
+from fedpart.engine.mixing import mix_states, normalize_rows, weighted_average
+from fedpart.engine.recipe import Observer, Recipe
+from fedpart.engine.store import pack_clients, unpack_clients
+from fedpart.errors import ConfigError, FedpartError
+
+VARIANTS = ("paper", "code")
+#: every switch, with its value under variant=paper and variant=code (spec §2.5)
+SWITCHES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    # option: (choices, paper, code)
+    "w2": (("closed_form", "mean_only"), "closed_form", "mean_only"),
+    "score": (("paper", "code"), "paper", "code"),
+    "tie_break": (("first", "prefer_fc2"), "first", "prefer_fc2"),
+    "similarity": (("parameters", "weight_deltas"), "parameters", "weight_deltas"),
+    "phi_norm": (("linear", "softmax"), "linear", "softmax"),
+    "phase1_weights": (("data_size", "all_clients_uniform"), "data_size", "all_clients_uniform"),
+}
+
+
+@dataclass
+class FedCMDOptions:
+    variant: str = field(
+        default="paper",
+        metadata={"doc": "paper or code: the default of every switch below (spec §2.5)"},
+    )
+    rho: float = field(
+        default=0.1, metadata={"doc": "ρ: the selection phase lasts K_p = ⌊ρ·rounds⌋ rounds"}
+    )
+    selection_rounds: int | None = field(
+        default=None, metadata={"doc": "K_p directly (overrides rho; Table IX: 20..100)"}
+    )
+    candidates: list[str] | None = field(
+        default=None,
+        metadata={
+            "doc": "candidate layers in forward order (default: the blocks after the last "
+            "convolutional one, e.g. fc1, fc2, classifier)"
+        },
+    )
+    personal_layer: str | None = field(
+        default=None,
+        metadata={"doc": "fix l* to this block and skip selection (Tables I-IV motivation runs)"},
+    )
+    weighted_aggregation: bool = field(
+        default=True,
+        metadata={"doc": "false: the Fig. 5 ablation (l* kept local, every other layer FedAvg)"},
+    )
+    granularity: str = field(
+        default="batch",
+        metadata={
+            "doc": "batch: every local batch votes (the code); post_train: one vote per client "
+            "from its trained model on its training data (Alg. 2 lines 9-11)"
+        },
+    )
+    eps: float = field(default=1e-8, metadata={"doc": "ε of the cosine similarity (Eq. 8)"})
+    w2: str = field(
+        default="auto", metadata={"doc": "closed_form (paper) or mean_only |μ1−μ2| (code)"}
+    )
+    score: str = field(
+        default="auto",
+        metadata={"doc": "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)"},
+    )
+    tie_break: str = field(
+        default="auto", metadata={"doc": "first (lowest index) or prefer_fc2 (code) on equal s_l"}
+    )
+    similarity: str = field(
+        default="auto",
+        metadata={
+            "doc": "parameters: cos of flattened φ (paper); weight_deltas: row-wise cos of the "
+            "weight update, mean (code); both clipped at 0"
+        },
+    )
+    phi_norm: str = field(
+        default="auto",
+        metadata={"doc": "linear Φ_ij/Σ_j Φ_ij over Φ_ij > 0 (paper) or softmax over all N (code)"},
+    )
+    phase1_weights: str = field(
+        default="auto",
+        metadata={
+            "doc": "data_size FedAvg of the participants (paper) or all_clients_uniform: uniform "
+            "mean of every client's latest model, stale ones included (code)"
+        },
+    )
+
+    def check(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ConfigError(
+                "algorithm.variant", f"unknown variant '{self.variant}'; valid: paper, code"
+            )
+        for name, (choices, _, _) in SWITCHES.items():
+            value = getattr(self, name)
+            if value != "auto" and value not in choices:
+                raise ConfigError(
+                    f"algorithm.{name}",
+                    f"unknown value '{value}'; valid choices: auto, {', '.join(choices)}",
+                )
+        if not 0 <= self.rho <= 1:
+            raise ConfigError("algorithm.rho", f"must be in [0, 1], got {self.rho}")
+        if self.selection_rounds is not None and self.selection_rounds < 0:
+            raise ConfigError("algorithm.selection_rounds", "must be >= 0")
+        if self.granularity not in ("batch", "post_train"):
+            raise ConfigError(
+                "algorithm.granularity", f"unknown '{self.granularity}'; valid: batch, post_train"
+            )
+        if self.eps < 0:
+            raise ConfigError("algorithm.eps", "must be >= 0")
+
+    def switch(self, name: str) -> str:
+        """The value of a switch: its own setting, or the variant's."""
+        value = getattr(self, name)
+        if value != "auto":
+            return value
+        _, paper, code = SWITCHES[name]
+        return paper if self.variant == "paper" else code
+
+
+# ----------------------------------------------------------------------- the transfer score
+def gaussian(t: torch.Tensor) -> tuple[float, float] | None:
+    """(mean, std) of a scalar Gaussian fitted to ``t`` after min–max normalisation to [0, 1]
+    over the whole tensor; ``None`` when ``t`` is constant (the code's NaN, scored as 0)."""
+    t = t.detach().double().flatten()
+    lo, hi = t.min(), t.max()
+    if not hi > lo:
+        return None
+    u = (t - lo) / (hi - lo)
+    return float(u.mean()), float(u.std())
+
+
+def w2_gaussian(a: tuple[float, float] | None, b: tuple[float, float] | None, mode: str) -> float:
+    """W2 between 1-D Gaussians: √((μ1−μ2)² + (σ1−σ2)²) (closed form), or |μ1−μ2| (the
+    code's mean-only form); 0 when either fit is undefined."""
+    if a is None or b is None:
+        return 0.0
+    if mode == "mean_only":
+        return abs(a[0] - b[0])
+    return math.hypot(a[0] - b[0], a[1] - b[1])
+
+
+def transfer_scores(
+    x: torch.Tensor, y: torch.Tensor, chain: list[torch.Tensor], *, w2: str, score: str
+) -> list[float]:
+    """s_l of Eq. (6) for l = 1..len(chain)−1, ``chain`` being the outputs o_0, o_1, … (o_0 the
+    predecessor of the first candidate)."""
+    zx, zy = gaussian(x), gaussian(y)
+    z = [gaussian(o) for o in chain]
+    scores = []
+    for l in range(1, len(chain)):
+        ay, ax = w2_gaussian(z[l], zy, w2), w2_gaussian(z[l], zx, w2)
+        by, bx = w2_gaussian(z[l - 1], zy, w2), w2_gaussian(z[l - 1], zx, w2)
+        if score == "paper":
+            scores.append(abs((ay - ax) - (by - bx)))
+        else:
+            scores.append(abs(abs(ay - by) - abs(ax - bx)))
+    return scores
+
+
+def vote(scores: list[float], candidates: tuple[str, ...], tie_break: str) -> int:
+    """argmin_l s_l (first index on ties; the code prefers fc2 when it attains the minimum)."""
+    best = min(scores)
+    if (
+        tie_break == "prefer_fc2"
+        and "fc2" in candidates
+        and scores[candidates.index("fc2")] == best
+    ):
+        return candidates.index("fc2")
+    return scores.index(best)
+
+
+def batch_vote(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    outputs: dict[str, torch.Tensor],
+    *,
+    chain: tuple[str, ...],
+    w2: str,
+    score: str,
+    tie_break: str,
+) -> int:
+    """One batch's vote (an index into ``chain[1:]``): the observer of phase-1 training."""
+    scores = transfer_scores(x, y, [outputs[b] for b in chain], w2=w2, score=score)
+    return vote(scores, chain[1:], tie_break)
+
+
+def majority(votes: list[int] | list[str], order: list[Any]) -> Any:
+    """The most frequent vote; ties go to the earliest in ``order``."""
+    counts = Counter(votes)
+    top = max(counts.values())
+    return next(v for v in order if counts.get(v, 0) == top)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor, eps: float) -> float:
+    """a·b / (‖a‖‖b‖ + ε) of flattened tensors (Eq. 8)."""
+    a, b = a.double().flatten(), b.double().flatten()
+    return float(a @ b / (a.norm() * b.norm() + eps))
+
+
+# ----------------------------------------------------------------------------- the method
+@register
+class FedCMD(Algorithm):
+    """Selection phase (FedAvg + votes for l*), then l* personal, layers before it averaged,
+    layers after it aggregated per client by personalized-layer similarity."""
+
+    name = "fedcmd"
+    summary = (
+        "Wasserstein-selected personal layer; similarity-weighted layers after it (cloud-edge)."
+    )
+    setting = "cloud-edge"
+    Options = FedCMDOptions
+    backends = ("sequential", "ray")
+
+    def setup(self) -> None:
+        o = self.options
+        model = self.sim.model
+        blocks = list(model.block_names)
+        if o.candidates is None:
+            convs = [
+                i
+                for i, b in enumerate(blocks)
+                if any(isinstance(m, nn.Conv2d) for m in model.get_submodule(b).modules())
+            ]
+            first = convs[-1] + 1 if convs else 1
+            candidates = blocks[max(first, 1) :]
+        else:
+            candidates = list(o.candidates)
+        unknown = [c for c in [*candidates, o.personal_layer] if c and c not in blocks]
+        if unknown:
+            raise ConfigError(
+                "algorithm.candidates", f"unknown blocks {unknown}; blocks: {', '.join(blocks)}"
+            )
+        positions = [blocks.index(c) for c in candidates]
+        if not candidates or positions != sorted(set(positions)) or positions[0] == 0:
+            raise ConfigError(
+                "algorithm.candidates",
+                "need distinct blocks in forward order, none of them the first block "
+                f"(its predecessor's output is scored); got {candidates}",
+            )
+        self.blocks = blocks
+        self.candidates = tuple(candidates)
+        #: o_0 (the block before the first candidate), o_1, … : the outputs Eq. (6) compares
+        self.chain = (blocks[positions[0] - 1], *candidates)
+        rounds = self.sim.cfg.federation.rounds
+        self.selection_rounds = (
+            0
+            if o.personal_layer
+            else (
+                o.selection_rounds
+                if o.selection_rounds is not None
+                else max(1, int(o.rho * rounds))
+                if o.rho > 0
+                else 0
+            )
+        )
+        if self.selection_rounds == 0 and not o.personal_layer:
+            raise ConfigError(
+                "algorithm.selection_rounds",
+                "no selection round and no algorithm.personal_layer: nothing would choose l*",
+            )
+        self.layer: str | None = None
+        self.round_winners: list[str] = []
+        self.phi = torch.eye(self.sim.data.num_clients, dtype=torch.float64)
+        #: the server's copy of each client's latest upload of the layers after l* (Eq. 7)
+        self.latest: dict[int, State] = {}
+        #: the whole latest model of every client (phase 1 under all_clients_uniform)
+        self.latest_models: dict[int, State] = {}
+        self._votes: dict[int, str] = {}
+        self._before: dict[int, State] = {}
+        self._round_votes: dict[str, int] = {}
+        if o.personal_layer:
+            self._fix(o.personal_layer)
+
+    # ------------------------------------------------------------------ phases
+    def selecting(self, rnd: int) -> bool:
+        return self.layer is None and rnd < self.selection_rounds
+
+    def _fix(self, layer: str) -> None:
+        """l* is chosen: from now on it stays on every client."""
+        self.layer = layer
+        self.sim.store.make_personal(self._keys([layer]))
+
+    def _keys(self, blocks: list[str], *, trainable: bool = False) -> list[str]:
+        model = self.sim.model
+        wanted = set(blocks)
+        params = {k for k, _ in model.named_parameters()}
+        return [
+            k
+            for k in self.sim.store.keys
+            if model.block_of(k) in wanted and (not trainable or k in params)
+        ]
+
+    def pre_blocks(self) -> list[str]:
+        assert self.layer is not None
+        return self.blocks[: self.blocks.index(self.layer)]
+
+    def post_blocks(self) -> list[str]:
+        assert self.layer is not None
+        return self.blocks[self.blocks.index(self.layer) + 1 :]
+
+    # ------------------------------------------------------------ client side
+    def recipe(self, rnd: int, client: int) -> Recipe:
+        if not self.selecting(rnd) or self.options.granularity != "batch":
+            return Recipe()
+        o = self.options
+        fn = functools.partial(
+            batch_vote,
+            chain=self.chain,
+            w2=o.switch("w2"),
+            score=o.switch("score"),
+            tie_break=o.switch("tie_break"),
+        )
+        return Recipe(observe=Observer(blocks=self.chain, fn=fn))
+
+    def start_state(self, rnd: int, client: int) -> State:
+        state = super().start_state(rnd, client)
+        if self.layer is not None and self.options.switch("similarity") == "weight_deltas":
+            self._before[client] = {k: state[k] for k in self._weight_keys()}
+        return state
+
+    def _weight_keys(self) -> list[str]:
+        """The personalized layer's weight matrices (the code's similarity excludes biases)."""
+        assert self.layer is not None
+        return [k for k in self._keys([self.layer], trainable=True) if k.endswith("weight")]
+
+    def trained(self, rnd: int, client: int, result: Any) -> None:
+        if not self.selecting(rnd):
+            return
+        o = self.options
+        if o.granularity == "batch":
+            votes = [int(v) for v in result.observations]
+        else:
+            votes = [self._post_train_vote(client, result.state)]
+        if votes:
+            order = list(range(len(self.candidates)))
+            self._votes[client] = self.candidates[majority(votes, order)]
+
+    def _post_train_vote(self, client: int, state: State) -> int:
+        """Alg. 2 lines 9-11: one vote from the trained model's outputs on the client's data."""
+        data = self.sim.data
+        idx = data.clients[client].train
+        model = self.sim.model
+        model.eval()
+        with torch.no_grad():
+            x, y = data.batch(idx)
+            outputs = call_method(model, "block_outputs", state, x)
+        o = self.options
+        return batch_vote(
+            x,
+            y,
+            outputs,
+            chain=self.chain,
+            w2=o.switch("w2"),
+            score=o.switch("score"),
+            tie_break=o.switch("tie_break"),
+        )
+
+    def upload(self, rnd: int, client: int, state: State) -> State:
+        sent = super().upload(rnd, client, state)
+        if self.layer is not None and self.options.weighted_aggregation and self.post_blocks():
+            # Alg. 3 line 9: φ goes up for the similarity only (never aggregated or sent back)
+            if self.options.switch("similarity") == "parameters":
+                signal = {k: state[k] for k in self._keys([self.layer], trainable=True)}
+            else:
+                before = self._before.pop(client)
+                signal = {k: before[k] - state[k] for k in self._weight_keys()}
+            sent.update({f"similarity/{k}": v for k, v in signal.items()})
+        return sent
+
+    # ------------------------------------------------------------ server side
+    def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        if not uploads:
+            return
+        if self.layer is None:
+            self._aggregate_selection(rnd, uploads, weights)
+        else:
+            self._aggregate_personalized(uploads, weights)
+
+    def _aggregate_selection(
+        self, rnd: int, uploads: dict[int, State], weights: dict[int, float]
+    ) -> None:
+        clients = sorted(uploads)
+        votes = [self._votes.pop(c) for c in clients if c in self._votes]
+        self._round_votes = dict(Counter(votes))
+        if votes:
+            self.round_winners.append(majority(votes, list(self.candidates)))
+        keys = list(uploads[clients[0]])
+        store = self.sim.store
+        if self.options.switch("phase1_weights") == "data_size":
+            mixed = weighted_average(
+                [uploads[c] for c in clients], [weights[c] for c in clients], keys
+            )
+        else:
+            for c in clients:
+                self.latest_models[c] = uploads[c]
+            n = self.sim.data.num_clients
+            states = [self.latest_models.get(c, store.global_state) for c in range(n)]
+            mixed = weighted_average(states, [1.0] * n, keys)
+        store.global_state.update(mixed)
+        if rnd + 1 >= self.selection_rounds and self.round_winners:
+            self.latest_models.clear()
+            self._fix(majority(self.round_winners, list(self.candidates)))
+
+    def _aggregate_personalized(self, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        store = self.sim.store
+        clients = sorted(uploads)
+        pre = [k for k in self._keys(self.pre_blocks()) if k in uploads[clients[0]]]
+        post = [k for k in self._keys(self.post_blocks()) if k in uploads[clients[0]]]
+        w = [weights[c] for c in clients]
+        if not self.options.weighted_aggregation:
+            store.global_state.update(
+                weighted_average([uploads[c] for c in clients], w, pre + post)
+            )
+            return
+        store.global_state.update(weighted_average([uploads[c] for c in clients], w, pre))
+        if not post:  # l* = classifier: nothing after it (FedPer with a FedAvg body)
+            return
+        eps = self.options.eps
+        for c in clients:
+            self.latest[c] = {k: uploads[c][k] for k in post}
+        for a, i in enumerate(clients):
+            for j in clients[a + 1 :]:
+                sim = max(0.0, self._similarity(uploads[i], uploads[j], eps))
+                self.phi[i, j] = self.phi[j, i] = sim
+        n = self.sim.data.num_clients
+        if self.options.switch("phi_norm") == "linear":
+            for i in clients:
+                row = self.phi[i].clone()
+                holders = [j for j in range(n) if row[j] > 0 and j in self.latest]
+                mixing = normalize_rows(row[holders][None], "linear")
+                store.set_tailored(
+                    i, mix_states([self.latest[j] for j in holders], mixing, post)[0]
+                )
+        else:
+            states = [self.latest.get(j, store.global_state) for j in range(n)]
+            for i in clients:
+                off_diagonal = torch.cat([self.phi[i, :i], self.phi[i, i + 1 :]])
+                if not bool((off_diagonal > 0).any()):
+                    store.set_tailored(i, dict(self.latest[i]))  # the code: its own parameters
+                    continue
+                mixing = normalize_rows(self.phi[i][None], "softmax")
+                store.set_tailored(i, mix_states(states, mixing, post)[0])
+
+    def _similarity(self, a: State, b: State, eps: float) -> float:
+        keys = sorted(k for k in a if k.startswith("similarity/"))
+        if self.options.switch("similarity") == "parameters":
+            return cosine(
+                torch.cat([a[k].flatten() for k in keys]),
+                torch.cat([b[k].flatten() for k in keys]),
+                eps,
+            )
+        # the code: row-wise cosine of the weight updates (one row per output unit), then the mean
+        sims = []
+        for k in keys:
+            ra, rb = a[k].double().flatten(1), b[k].double().flatten(1)
+            sims.append(torch.nn.functional.cosine_similarity(ra, rb, dim=-1, eps=eps).mean())
+        return float(torch.stack(sims).mean())
+
+    # -------------------------------------------------------------- reporting
+    def round_metrics(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"fedcmd_layer": self.layer}
+        if self._round_votes:
+            row["fedcmd_votes"] = self._round_votes
+            row["fedcmd_round_winner"] = self.round_winners[-1]
+            self._round_votes = {}
+        return row
+
+    def summary_values(self) -> dict[str, Any]:
+        counts = Counter(self.round_winners)
+        return {
+            "layer": self.layer,
+            "selection_rounds": self.selection_rounds,
+            "round_winner_counts": {c: counts.get(c, 0) for c in self.candidates},
+            "variant": self.options.variant,
+        }
+
+    # ------------------------------------------------------------- checkpoints
+    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors = {"phi": self.phi, **pack_clients("latest", self.latest)}
+        tensors.update(pack_clients("latest_models", self.latest_models))
+        return tensors, {"layer": self.layer, "round_winners": self.round_winners}
+
+    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        self.phi = tensors["phi"].to(torch.float64)
+        self.latest = unpack_clients("latest", tensors)
+        self.latest_models = unpack_clients("latest_models", tensors)
+        self.round_winners = list(values.get("round_winners", []))
+        layer = values.get("layer")
+        if layer is not None and layer not in self.blocks:
+            raise FedpartError(f"checkpoint names an unknown personalized layer {layer!r}")
+        if layer is not None:
+            self._fix(layer)
