@@ -49,6 +49,7 @@ __all__ = [
     "index_masks",
     "kept_count",
     "masked_average",
+    "model_index_sets",
     "narrow_model",
     "slice_state",
     "submodel_state",
@@ -195,7 +196,9 @@ class WidthPlan:
 def width_plan(model: nn.Module) -> WidthPlan:
     """The :class:`WidthPlan` of a zoo model.
 
-    - A model with its own ``width_plan()`` method (factorized models) supplies it.
+    - A model with its own ``width_plan()`` method supplies it; a factorized model, which slices
+      θ_v's columns rather than channels, has ``width_index_sets(p)`` instead
+      (:func:`model_index_sets`).
     - ``ResNet18`` (either norm): the residual stream of each stage is one group shared by the
       stem or the stage's shortcut, the second conv of each block and their norms; each block's
       first conv is a group of its own. With ``norm=gn`` a narrow model keeps ``gn_groups``
@@ -212,6 +215,10 @@ def width_plan(model: nn.Module) -> WidthPlan:
         plan = own()
         assert isinstance(plan, WidthPlan)
         return plan
+    if callable(getattr(model, "width_index_sets", None)):
+        raise ValueError(
+            f"{type(model).__name__} slices its own factors: use model_index_sets(model, p)"
+        )
     from fedpart.models.resnet import BasicBlock, ResNet18
 
     if isinstance(model, ResNet18):
@@ -447,11 +454,29 @@ def _finish(full: Tensor, acc: Tensor, held: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------------- modules
+def model_index_sets(
+    model: nn.Module, p: float, *, kind: str = "prefix", offset: int = 0
+) -> IndexSets:
+    """What a width-``p`` client holds of ``model``'s state: the model's own
+    ``width_index_sets(p)`` (factorized models, prefix only), else its :func:`width_plan`'s."""
+    own = getattr(model, "width_index_sets", None)
+    if callable(own):
+        if kind != "prefix":
+            raise ValueError(f"{type(model).__name__} is pruned by prefix only, not {kind!r}")
+        return own(p)
+    return width_plan(model).index_sets(p=p, kind=kind, offset=offset)
+
+
 def submodel_state(
-    model: nn.Module, full_state: Mapping[str, Tensor], p: float, *, kind: str = "prefix"
+    model: nn.Module,
+    full_state: Mapping[str, Tensor],
+    p: float,
+    *,
+    kind: str = "prefix",
+    offset: int = 0,
 ) -> tuple[dict[str, Tensor], IndexSets]:
-    """The width-``p`` sub-state of ``full_state`` for ``model``'s plan, and its index sets."""
-    index = width_plan(model).index_sets(p=p, kind=kind)
+    """The width-``p`` sub-state of ``full_state`` for ``model``, and its index sets."""
+    index = model_index_sets(model, p, kind=kind, offset=offset)
     return slice_state(full_state, index), index
 
 
