@@ -170,13 +170,15 @@ class Factorization:
                 w = w.view(r1, k, k, nb, s).permute(3, 0, 4, 1, 2)
             else:
                 w = w.view(r1, nb, s).permute(1, 0, 2)
-            return w.reshape(t, s, *kk)
+            # contiguous: a view with channels-last strides (one block) would switch the
+            # convolution to another algorithm than the plain layer's
+            return w.reshape(t, s, *kk).contiguous()
         g = s // r1
         if self.conv:
             w = w.view(r1, k, k, t, g).permute(3, 4, 0, 1, 2)
         else:
             w = w.view(r1, t, g).permute(1, 2, 0)
-        return w.reshape(t, s, *kk)
+        return w.reshape(t, s, *kk).contiguous()
 
     def apply(self, x: Tensor, u: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
         """The layer's output for ``x`` (``[B, S, H, W]``, or anything flattening to ``[B, S]``)."""
@@ -192,11 +194,11 @@ class Factorization:
         # basis filters, and a 1×1 mixing with θ_v's coefficients gives the T outputs
         r1, r2, t = self.r1, self.r2, self.out_channels
         g = self.in_channels // r1
-        coeff = v.view(r2, t, g).permute(1, 2, 0).reshape(t, g * r2)
+        coeff = v.view(r2, t, g).permute(1, 2, 0).reshape(t, g * r2).contiguous()
         if self.conv:
             b, _, h, w = x.shape
             k = self.kernel_size
-            basis = u.t().reshape(r2, r1, k, k)
+            basis = u.t().reshape(r2, r1, k, k).contiguous()
             y = F.conv2d(x.reshape(b * g, r1, h, w), basis, None, self.stride, self.padding)
             y = y.reshape(b, g * r2, y.shape[-2], y.shape[-1])
             return F.conv2d(y, coeff[:, :, None, None], bias)
