@@ -27,6 +27,13 @@ def test_uniform_is_the_1_to_100_percent_grid_in_a_seeded_order() -> None:
     assert np.allclose(capacities("uniform", 100, shuffle=False), np.linspace(0.01, 1.0, 100))
 
 
+def test_random_profiles_need_a_seed() -> None:
+    with pytest.raises(ValueError, match="rng"):
+        capacities("uniform", 10)
+    with pytest.raises(ValueError, match="rng"):
+        capacities("uniform_random", 10)
+
+
 def test_uniform_random_and_list() -> None:
     r = capacities("uniform_random", 50, 0)
     assert r.shape == (50,) and r.min() >= 0.01 and r.max() <= 1.0

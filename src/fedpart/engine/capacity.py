@@ -57,7 +57,8 @@ def capacities(
     - ``uniform_random``: i.i.d. ``U(low, high)`` draws from ``rng``.
     - ``list``: the explicit ``values``, one per client, each in ``(0, 1]``.
 
-    ``rng`` is a numpy generator or an integer seed; it is needed only for the random kinds.
+    ``rng`` is a numpy generator or an integer seed, required by the random kinds (``uniform``
+    with ``shuffle``, ``uniform_random``).
     """
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
@@ -77,11 +78,16 @@ def capacities(
         return np.ones(num_clients, dtype=np.float64)
     if not 0.0 < low <= high <= 1.0:
         raise ValueError(f"need 0 < low <= high <= 1, got low={low}, high={high}")
+    if kind == "uniform" and not shuffle:
+        return np.linspace(low, high, num_clients, dtype=np.float64)
+    if rng is None:
+        # an unseeded draw would give every run a different assignment
+        raise ValueError(f"capacity kind {kind!r} needs rng (a numpy Generator or a seed)")
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     if kind == "uniform_random":
         return gen.uniform(low, high, size=num_clients)
     grid = np.linspace(low, high, num_clients, dtype=np.float64)
-    return grid[gen.permutation(num_clients)] if shuffle else grid
+    return grid[gen.permutation(num_clients)]
 
 
 def width_of(r: float, p_min: float = DEFAULT_P_MIN) -> float:
