@@ -206,3 +206,11 @@ def test_zero_weight_clients_hold_nothing() -> None:
         assert torch.equal(new[key], value)
     with pytest.raises(ValueError):
         holder_average(full, subs, index, [1.0])
+
+
+def test_a_key_a_client_did_not_send_is_not_held() -> None:
+    model, index, subs, w = _two_clients()
+    full = model.state_dict()
+    subs[1] = {k: v for k, v in subs[1].items() if not k.startswith("head.")}
+    new = holder_average(full, subs, index, w)
+    assert torch.allclose(new["head.bias"], full["head.bias"] + 1.0)  # client 0's alone

@@ -380,10 +380,11 @@ def holder_average(
 
     ``new[c] = Σ_{i holds c} w_i · x_i[c] / Σ_{i holds c} w_i``, and ``new[c] = full[c]`` where no
     client with a positive weight holds ``c``. Client ``i`` sent ``client_substates[i]`` shaped as
-    :func:`slice_state` with ``client_index_sets[i]``. With every client holding everything this
-    is :func:`fedpart.engine.mixing.weighted_average`. Work is one scatter per client and tensor,
-    in float64; integer tensors (BatchNorm's ``num_batches_tracked``) are rounded back.
-    ``keys`` restricts the result to those keys (default: every key of ``full_state``).
+    :func:`slice_state` with ``client_index_sets[i]``; a key it did not send, it does not hold.
+    With every client holding everything this is :func:`fedpart.engine.mixing.weighted_average`.
+    Work is one scatter per client and tensor, in float64; integer tensors (BatchNorm's
+    ``num_batches_tracked``) are rounded back. ``keys`` restricts the result to those keys
+    (default: every key of ``full_state``).
     """
     n = len(client_substates)
     if len(client_index_sets) != n:
@@ -395,7 +396,7 @@ def holder_average(
         acc = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
         held = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
         for sub, index, wi in zip(client_substates, client_index_sets, w, strict=True):
-            if wi == 0.0:
+            if wi == 0.0 or key not in sub:
                 continue
             value = sub[key].to(device=full.device, dtype=torch.float64)
             if key in index:
@@ -419,7 +420,8 @@ def masked_average(
     """:func:`holder_average` with full-shaped client tensors and boolean masks of what each holds.
 
     For sparse personalised models (Dis-PFL) and any selection that is not an outer product of
-    per-dimension sets. A key missing from a client's masks is held whole.
+    per-dimension sets. A key missing from a client's masks is held whole; a key missing from its
+    state is not held.
     """
     n = len(client_states)
     if len(client_masks) != n:
@@ -431,7 +433,7 @@ def masked_average(
         acc = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
         held = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
         for state, masks, wi in zip(client_states, client_masks, w, strict=True):
-            if wi == 0.0:
+            if wi == 0.0 or key not in state:
                 continue
             value = state[key].to(device=full.device, dtype=torch.float64)
             mask = masks.get(key)
