@@ -222,3 +222,19 @@ def test_orthogonality_penalty() -> None:
     assert offdiagonal_gram_penalty(q) < 1e-10
     u = torch.ones(4, 2)
     assert offdiagonal_gram_penalty(u) == 2 * 16.0
+
+
+@pytest.mark.parametrize("decomposition", ["pa3dfl", "flanc"])
+def test_vmap_over_stacked_clients(decomposition: str) -> None:
+    from torch.func import stack_module_state, vmap
+
+    torch.manual_seed(4)
+    models = [
+        FactorizedCNN(10, (1, 28, 28), variant="fmnist", decomposition=decomposition, width=1 / 4)
+        for _ in range(2)
+    ]
+    params, _ = stack_module_state(models)
+    x = torch.randn(2, 3, 1, 28, 28)
+    out = vmap(lambda p, xb: functional_call(models[0], p, (xb,)))(params, x)
+    for i, model in enumerate(models):
+        assert torch.allclose(out[i], model(x[i]), atol=1e-6)
