@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -86,6 +88,16 @@ class FederationConfig:
     ``batchnorm_stats``: ``shared`` (BatchNorm running statistics are sent and averaged like
     any tensor) or ``local`` (they stay on each client: FL-bench aggregates only trainable
     tensors, so every method of the FedCMD protocol keeps them local).
+
+    Client faults (methods with a server; decentralized methods have ``topology.drop_prob``):
+    ``client_failure`` is the probability that a sampled client fails in a round, drawn from a
+    stream keyed by (seed, round, client); ``client_failure_schedule`` lists ``[round, client]``
+    pairs that fail as well. ``client_failure_mode``: ``drop`` (the client received the model but
+    never returns: no training, no upload; the round aggregates what arrived and a round where
+    nobody returns keeps the model) or ``straggle`` (the client trains and sends, but its update
+    arrives one round late and joins the next round's aggregation unless the client sends a
+    fresh one then). ``on_nonfinite``: ``stop`` ends the run at a non-finite training loss,
+    ``skip_client`` discards that client's update and goes on (counted in ``metrics.jsonl``).
     """
 
     rounds: int = 50
@@ -99,6 +111,10 @@ class FederationConfig:
     drop_last: bool = False
     local_epochs_groups: list[int] = field(default_factory=list)
     batchnorm_stats: str = "shared"
+    client_failure: float = 0.0
+    client_failure_schedule: list[list[int]] = field(default_factory=list)
+    client_failure_mode: str = "drop"
+    on_nonfinite: str = "stop"
 
 
 @dataclass
@@ -243,6 +259,18 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_INT_LIMIT = 2**63
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error message stays one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Check ``value`` against the type ``tp``; ints are accepted where floats are expected."""
     origin = typing.get_origin(tp)
@@ -252,42 +280,55 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError:
                 continue
-        raise ConfigError(key, f"expected {_type_name(tp)}, got {value!r}")
+        raise ConfigError(key, f"expected {_type_name(tp)}, got {_show(value)}")
     if tp is type(None):
         if value is None:
             return None
-        raise ConfigError(key, f"expected null, got {value!r}")
+        raise ConfigError(key, f"expected null, got {_show(value)}")
     if tp is Any:
         return value
     if origin is list:
         if not isinstance(value, list | tuple):
-            raise ConfigError(key, f"expected a list, got {value!r}")
+            raise ConfigError(key, f"expected a list, got {_show(value)}")
         (item_tp,) = typing.get_args(tp) or (Any,)
         return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(key, f"expected a mapping, got {value!r}")
+            raise ConfigError(key, f"expected a mapping, got {_show(value)}")
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(key, f"expected true or false, got {value!r}")
+        raise ConfigError(key, f"expected true or false, got {_show(value)}")
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(key, f"expected an integer, got {value!r}")
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not -_INT_LIMIT <= value < _INT_LIMIT:
+                raise ConfigError(
+                    key, f"expected an integer of at most 2**63-1, got {_show(value)}"
+                )
+            return value
+        raise ConfigError(key, f"expected an integer, got {_show(value)}")
     if tp is float:
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+            # YAML 1.1 reads 1e-3 (an exponent without a dot) as a string
+            value = float(value.strip())
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(key, f"expected a number, got {value!r}")
+            try:
+                number = float(value)
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number):
+                raise ConfigError(key, f"expected a finite number, got {_show(value)}")
+            return number
+        raise ConfigError(key, f"expected a number, got {_show(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(key, f"expected a string, got {value!r}")
+        raise ConfigError(key, f"expected a string, got {_show(value)}")
     raise ConfigError(key, f"unsupported type {tp!r}")  # pragma: no cover
 
 
@@ -299,7 +340,7 @@ def _unknown_key(key: str, name: str, valid: list[str]) -> ConfigError:
 
 def _build(cls: type, data: Any, prefix: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(prefix or "config", f"expected a mapping, got {data!r}")
+        raise ConfigError(prefix or "config", f"expected a mapping, got {_show(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     section_name = prefix.rstrip(".")
@@ -328,7 +369,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 def _parse_scalar(text: str) -> Any:
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return text
 
 
@@ -447,6 +488,7 @@ def validate(cfg: Config) -> None:
     _choice(
         "federation.batchnorm_stats", f.batchnorm_stats, ("shared", "local"), "BatchNorm statistics"
     )
+    _check_client_faults(cfg, algo_cls.setting)
 
     from fedpart.topology import TOPOLOGIES, WEIGHTS
 
@@ -490,6 +532,33 @@ def validate(cfg: Config) -> None:
         "participants protocol",
     )
     _range("output.checkpoint_every", cfg.output.checkpoint_every, 0)
+    _range("seed", cfg.seed, 0, _INT_LIMIT - 1)
+
+
+FAILURE_MODES = ("drop", "straggle")
+NONFINITE_RULES = ("stop", "skip_client")
+
+
+def _check_client_faults(cfg: Config, setting: str) -> None:
+    """``federation.client_failure*`` and ``on_nonfinite``: ranges, and only where a server is."""
+    f = cfg.federation
+    _range("federation.client_failure", f.client_failure, 0.0, 1.0)
+    _choice("federation.client_failure_mode", f.client_failure_mode, FAILURE_MODES, "failure mode")
+    _choice("federation.on_nonfinite", f.on_nonfinite, NONFINITE_RULES, "non-finite rule")
+    for i, entry in enumerate(f.client_failure_schedule):
+        key = f"federation.client_failure_schedule[{i}]"
+        if len(entry) != 2 or entry[0] < 0 or not 0 <= entry[1] < cfg.partition.num_clients:
+            raise ConfigError(
+                key,
+                f"expected [round, client] with round >= 0 and 0 <= client < "
+                f"{cfg.partition.num_clients}, got {entry}",
+            )
+    if setting == "decentralized" and (f.client_failure or f.client_failure_schedule):
+        raise ConfigError(
+            "federation.client_failure",
+            f"{cfg.algorithm.name} is decentralized (no server to fail to return to); "
+            "use topology.drop_prob for an unreliable network",
+        )
 
 
 def load_config(
@@ -500,13 +569,9 @@ def load_config(
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError("", f"config file not found: {p}")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            line = getattr(getattr(exc, "problem_mark", None), "line", None)
-            where = f" (line {line + 1})" if line is not None else ""
-            raise ConfigError("", f"{p}: not valid YAML{where}") from exc
+            what = "is a directory, not a config file" if p.is_dir() else "config file not found"
+            raise ConfigError("", f"{what}: {p}")
+        loaded = _parse_yaml(p, _read_text(p))
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -514,6 +579,33 @@ def load_config(
         data = loaded
     apply_overrides(data, overrides or [])
     return Config.from_dict(data)
+
+
+def _read_text(p: Path) -> str:
+    """A config file's text: UTF-8 (a byte-order mark is dropped); binary files refused."""
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError("", f"{p}: cannot read ({exc.strerror})") from exc
+    if b"\0" in data:
+        raise ConfigError("", f"{p}: not a text file (it contains NUL bytes); expected YAML")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "", f"{p}: not UTF-8 text (byte {exc.start} is invalid); expected a YAML file"
+        ) from exc
+
+
+def _parse_yaml(p: Path, text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError("", f"{p}: not valid YAML{where}") from exc
+    except RecursionError as exc:
+        raise ConfigError("", f"{p}: nested too deeply to be a config") from exc
 
 
 def dump_config(cfg: Config) -> str:
