@@ -1,0 +1,68 @@
+"""Parts of a client's training split: FedFomo's validation hold-out, FedAP's pre-training share.
+
+The engine trains a client on its whole training split; a method that holds part of it out
+draws the part here, from its own seeded stream, and trains on the rest with :func:`train_on`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import torch
+
+from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.recipe import Recipe
+from fedpart.engine.seeding import torch_generator
+from fedpart.engine.training import TrainResult, train_client
+
+if TYPE_CHECKING:
+    from fedpart.engine.simulation import Simulation
+
+State = dict[str, torch.Tensor]
+
+
+def split_train(
+    sim: Simulation, client: int, fraction: float, stream: int, *keys: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(held, kept)``: ``⌊fraction · n⌋`` of ``client``'s training indices drawn at random
+    and the others (both sorted), from the stream ``(seed, "algorithm", stream, client, *keys)``.
+    ``⌊·⌋`` as FL-bench's ``int(ratio * len(trainset))``."""
+    train = sim.data.clients[client].train
+    count = int(fraction * train.numel())
+    order = torch.randperm(
+        train.numel(), generator=torch_generator(sim.cfg.seed, "algorithm", stream, client, *keys)
+    )
+    held, kept = train[order[:count]], train[order[count:]]
+    return held.sort().values, kept.sort().values
+
+
+def train_on(
+    sim: Simulation,
+    rnd: int,
+    client: int,
+    start: State,
+    index: torch.Tensor,
+    recipe: Recipe | None = None,
+) -> TrainResult:
+    """``sim.train`` on the pool samples ``index`` instead of the client's whole training split
+    (same recipe, optimiser settings and batch seeds)."""
+    clients = list(sim.data.clients)
+    clients[client] = dataclasses.replace(clients[client], train=index)
+    algo = sim.algorithm
+    return train_client(
+        sim.model,
+        start,
+        recipe if recipe is not None else algo.recipe(rnd, client),
+        dataclasses.replace(sim.data, clients=clients),
+        client,
+        rnd,
+        sim.train_settings(rnd, client),
+        algo.frozen_blocks(rnd),
+    )
+
+
+def mean_loss(sim: Simulation, state: State, index: torch.Tensor) -> float:
+    """Mean cross-entropy of ``state`` (evaluation mode) on the pool samples ``index``."""
+    _, losses = evaluate_samples(sim.model, state, sim.data, index, sim.cfg.engine.eval_batch_size)
+    return float(losses.double().mean()) if losses.numel() else 0.0
