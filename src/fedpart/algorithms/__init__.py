@@ -6,8 +6,12 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     dfedpgp,
     dispfl,
     ditto,
+    fedap,
     fedavg,
+    fedbn,
     fedcmd,
+    feddyn,
+    fedfomo,
     fedper,
     fedprox,
     fedrep,
@@ -16,6 +20,7 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     lgfedavg,
     local,
     osgp,
+    pfedsim,
     uapdfl,
 )
 from fedpart.algorithms.base import Algorithm
