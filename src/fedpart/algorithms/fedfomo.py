@@ -12,7 +12,6 @@ from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.holdout import mean_loss, split_train, train_on
 from fedpart.algorithms.registry import register
 from fedpart.engine.mixing import mix_states, normalize_rows, tensor_bytes
-from fedpart.engine.simulation import sample_clients
 from fedpart.errors import ConfigError
 
 State = dict[str, torch.Tensor]
@@ -80,21 +79,18 @@ class FedFomo(Algorithm):
         self.affinity = torch.eye(self.sim.data.num_clients, dtype=torch.float64)
         shared = set(self.sim.store.shared_keys())
         self.params = [k for k, _ in self.sim.model.named_parameters() if k in shared]
+        self.previous: list[int] = []  # the clients that uploaded in the last round
         self._round: tuple[int, dict[int, Combination]] = (-1, {})
         self._down_bytes: int | None = None
 
     # ------------------------------------------------------------------ selection
     def downloads(self, rnd: int, client: int) -> list[int]:
         """The clients of round ``rnd − 1`` whose models ``client`` receives (top-M by P)."""
-        if rnd == 0 or self.options.M == 0:
+        if not self.previous or self.options.M == 0:
             return []
-        cfg = self.sim.cfg
-        previous = sample_clients(
-            cfg.seed, rnd - 1, self.sim.data.num_clients, cfg.federation.join_ratio
-        )
-        scores = self.affinity[client, previous]
+        scores = self.affinity[client, self.previous]
         order = torch.sort(scores, descending=True, stable=True).indices
-        return [previous[int(p)] for p in order[: self.options.M]]
+        return [self.previous[int(p)] for p in order[: self.options.M]]
 
     def hold_out(self, rnd: int, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(validation, training) indices of ``client`` in round ``rnd``."""
@@ -158,6 +154,7 @@ class FedFomo(Algorithm):
             for j, w in self.combination(rnd, c).benefit.items():
                 self.affinity[c, j] += w
         received = sum(len(self.combination(rnd, c).received) for c in uploads)
+        self.previous = sorted(uploads)
         self._down_bytes = received * tensor_bytes(
             {k: store.global_state[k] for k in self.download_keys(rnd)}
         )
@@ -169,7 +166,8 @@ class FedFomo(Algorithm):
 
     # ------------------------------------------------------------------ checkpoints
     def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return {"affinity": self.affinity}, {}
+        return {"affinity": self.affinity}, {"previous": self.previous}
 
     def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
         self.affinity = tensors["affinity"].to(torch.float64)
+        self.previous = [int(c) for c in values.get("previous", [])]
