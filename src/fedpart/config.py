@@ -98,6 +98,12 @@ class FederationConfig:
     arrives one round late and joins the next round's aggregation unless the client sends a
     fresh one then). ``on_nonfinite``: ``stop`` ends the run at a non-finite training loss,
     ``skip_client`` discards that client's update and goes on (counted in ``metrics.jsonl``).
+
+    Capacity heterogeneity (``docs/capacity.md``): ``capacity`` is the profile of the clients'
+    capacities ``r_i`` (``ideal``: all 1; ``uniform``: the grid 1 %–100 % in a seeded client
+    order; ``uniform_random``: i.i.d. draws; ``list``: ``capacity_values``, one per client), and
+    a client trains width ``p_i = max(p_min, ⌊√r_i / p_min⌋ · p_min)``. Capacity-aware methods
+    train each client at its width; every other method trains all clients at ``min_i p_i``.
     """
 
     rounds: int = 50
@@ -115,6 +121,9 @@ class FederationConfig:
     client_failure_schedule: list[list[int]] = field(default_factory=list)
     client_failure_mode: str = "drop"
     on_nonfinite: str = "stop"
+    capacity: str = "ideal"
+    capacity_values: list[float] = field(default_factory=list)
+    p_min: float = 0.0625
 
 
 @dataclass
@@ -489,6 +498,7 @@ def validate(cfg: Config) -> None:
         "federation.batchnorm_stats", f.batchnorm_stats, ("shared", "local"), "BatchNorm statistics"
     )
     _check_client_faults(cfg, algo_cls.setting)
+    _check_capacity(cfg)
 
     from fedpart.topology import TOPOLOGIES, WEIGHTS
 
@@ -559,6 +569,31 @@ def _check_client_faults(cfg: Config, setting: str) -> None:
             f"{cfg.algorithm.name} is decentralized (no server to fail to return to); "
             "use topology.drop_prob for an unreliable network",
         )
+
+
+def _check_capacity(cfg: Config) -> None:
+    """``federation.capacity``, ``capacity_values`` and ``p_min``."""
+    from fedpart.engine.capacity import CAPACITY_KINDS
+
+    f = cfg.federation
+    _choice("federation.capacity", f.capacity, CAPACITY_KINDS, "capacity profile")
+    _range("federation.p_min", f.p_min, 0.0, 1.0, lo_open=True)
+    n = cfg.partition.num_clients
+    if f.capacity != "list":
+        if f.capacity_values:
+            raise ConfigError(
+                "federation.capacity_values", "is only read with federation.capacity=list"
+            )
+        return
+    if len(f.capacity_values) != n:
+        raise ConfigError(
+            "federation.capacity_values",
+            f"capacity=list needs one ratio per client: {n} clients, "
+            f"{len(f.capacity_values)} values",
+        )
+    for i, r in enumerate(f.capacity_values):
+        if not (math.isfinite(r) and 0.0 < r <= 1.0):
+            raise ConfigError(f"federation.capacity_values[{i}]", f"must be in (0, 1], got {r}")
 
 
 def load_config(

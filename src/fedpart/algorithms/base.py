@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from fedpart.engine.mixing import weighted_average
+from fedpart.engine.mixing import tensor_bytes, weighted_average
 from fedpart.engine.recipe import Recipe
 from fedpart.errors import ConfigError
 from fedpart.models.base import batchnorm_keys
@@ -51,6 +51,9 @@ class Algorithm:
     #: model options the method needs, applied when the model offers the option and the config
     #: leaves it unset (FedBN: ``{"norm": "batch"}`` gives the quick-start CNN BatchNorm)
     model_defaults: ClassVar[dict[str, Any]] = {}
+    #: whether each client trains at its own width (``federation.capacity``); a method that is
+    #: not trains every client at the federation's smallest width, the run's model cut to it
+    capacity_aware: ClassVar[bool] = False
 
     def __init__(self, options: Any, sim: Simulation) -> None:
         self.options = options
@@ -121,6 +124,16 @@ class Algorithm:
 
     def setup(self) -> None:
         """Called once after the model and data exist (create method state here)."""
+
+    def model_for(self, client: int) -> Any:
+        """The module ``client`` trains and is evaluated with: the run's model, or for a
+        capacity-aware method the model of the client's width (its states have that shape)."""
+        return self.sim.model
+
+    def download_bytes(self, rnd: int, client: int, keys: list[str]) -> int:
+        """Bytes the server sends ``client`` at the start of round ``rnd`` (``keys`` from
+        :meth:`download_keys`): by default those tensors of the server model, whole."""
+        return tensor_bytes({k: self.sim.store.global_state[k] for k in keys})
 
     def local_update(self, rnd: int, client: int) -> Any:
         """A participant's local work in round ``rnd``: by default, train its recipe from

@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from torch import nn
+
+from fedpart.errors import FedpartError
 
 __all__ = [
     "CAPACITY_KINDS",
     "DEFAULT_P_MIN",
+    "CapacityProfile",
     "capacities",
+    "capacity_profile",
     "capacity_groups",
     "group_labels",
+    "narrow_for_capacity",
     "width_of",
     "widths",
 ]
@@ -140,3 +147,58 @@ def group_labels(num_groups: int = 5, *, low: float = 0.0, high: float = 1.0) ->
 def _check_ratios(r: np.ndarray) -> None:
     if not np.all(np.isfinite(r)) or np.any(r <= 0.0) or np.any(r > 1.0):
         raise ValueError(f"capacity ratios must be in (0, 1], got {r.tolist()}")
+
+
+@dataclass(frozen=True)
+class CapacityProfile:
+    """A run's capacities ``r_i``, widths ``p_i`` and capacity groups, fixed for the whole run."""
+
+    capacity: np.ndarray
+    width: np.ndarray
+    groups: np.ndarray
+
+    @property
+    def p_min(self) -> float:
+        """The federation's smallest width ``min_i p_i``: what capacity-unaware methods train."""
+        return float(self.width.min())
+
+    def client_json(self) -> dict[str, list]:
+        """The per-client entries of ``clients.json``."""
+        return {
+            "capacity": [float(r) for r in self.capacity],
+            "width": [float(p) for p in self.width],
+            "capacity_groups": [int(g) for g in self.groups],
+            "capacity_group_labels": group_labels(),
+        }
+
+
+def capacity_profile(
+    kind: str,
+    num_clients: int,
+    seed: int,
+    values: Sequence[float] = (),
+    p_min: float = DEFAULT_P_MIN,
+) -> CapacityProfile:
+    """The profile of ``federation.capacity``: capacities drawn from the run's ``capacity``
+    stream (the same for every method of a seed), widths by :func:`width_of`."""
+    from fedpart.engine.seeding import numpy_rng  # noqa: PLC0415 - keeps this module standalone
+
+    rng = numpy_rng(seed, "capacity") if kind in ("uniform", "uniform_random") else None
+    r = capacities(kind, num_clients, rng, values=list(values) if kind == "list" else None)
+    return CapacityProfile(r, widths(r, p_min), capacity_groups(r))
+
+
+def narrow_for_capacity(model: nn.Module, p: float) -> nn.Module:
+    """``model`` cut to width ``p`` (``model`` itself at ``p = 1``), for the clients of a
+    capacity-unaware method; a one-line :class:`FedpartError` when the model cannot be cut."""
+    from fedpart.models.width import narrow_model  # noqa: PLC0415 - models import torch layers
+
+    if p >= 1.0:
+        return model
+    try:
+        return narrow_model(model, p)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FedpartError(
+            f"federation.capacity: the model {type(model).__name__} cannot be cut to width "
+            f"{p:g}: {exc}"
+        ) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -23,9 +24,10 @@ from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.seeding import numpy_rng, seed_for
 from fedpart.engine.store import ClientStateStore
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
-from fedpart.errors import FedpartError
+from fedpart.errors import FedpartError, TrainingError
 from fedpart.models import BlockModel, build_model
 from fedpart.topology import Topology, build_topology
+from fedpart.tracking.faults import crash, crash_point
 from fedpart.tracking.run_dir import RunDir, summarize
 
 CHECKPOINT_FORMAT = 1
@@ -111,6 +113,11 @@ def model_options(cfg: Config, algo_cls: Any) -> dict[str, Any]:
     return {**defaults, **cfg.model.options}
 
 
+def _all_finite(state: dict[str, torch.Tensor]) -> bool:
+    """Whether every floating-point tensor of ``state`` is free of NaN and infinity."""
+    return all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+
+
 def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> list[int]:
     """The round's participants, from a stream keyed by (seed, round): the same for every method."""
     m = max(1, int(round(join_ratio * num_clients)))
@@ -187,6 +194,10 @@ class Simulation:
         self.client_test_samples: list[int] = [int(c.test.numel()) for c in data.clients]
         self.elapsed = 0.0
         self.run_dir = RunDir(run_dir) if run_dir is not None else None
+        #: stragglers' updates sent in the last round, applied in the next: client → (upload,
+        #: weight) (``federation.client_failure_mode=straggle``; checkpointed)
+        self.late: dict[int, tuple[dict[str, torch.Tensor], float]] = {}
+        self.resumed = False  # set by fedpart.resume: the directory already holds this run
 
     # ------------------------------------------------------------ the round
     def local_epochs(self, client: int | None) -> int:
@@ -276,11 +287,19 @@ class Simulation:
         trained together (:mod:`fedpart.engine.batched`); everything else runs sequentially.
         """
         algo = self.algorithm
-        if self.backend == "batched":
-            batched = self._train_batched(rnd, clients)
-        elif self.backend == "ray":
-            batched = self._train_ray(rnd, clients)
-        else:
+        skip = self.cfg.federation.on_nonfinite == "skip_client"
+        skipped = 0
+        try:
+            if self.backend == "batched":
+                batched = self._train_batched(rnd, clients)
+            elif self.backend == "ray":
+                batched = self._train_ray(rnd, clients)
+            else:
+                batched = {}
+        except TrainingError:
+            if not skip:
+                raise
+            # train this round's clients one by one to find the one(s) to skip
             batched = {}
         results: dict[int, TrainResult] = {}
         loss_sum = 0.0
@@ -290,7 +309,16 @@ class Simulation:
         trainable = 0
         numel = {k: p.numel() for k, p in self.model.named_parameters()}
         for client in clients:
-            result = batched.get(client) or algo.local_update(rnd, client)
+            try:
+                result = batched.get(client) or algo.local_update(rnd, client)
+            except TrainingError:
+                if not skip:
+                    raise
+                skipped += 1
+                continue
+            if skip and not _all_finite(result.state):
+                skipped += 1  # a finite loss can still end in an overflowed last step
+                continue
             trained: set[str] = set()
             for keys, steps, phase_samples in result.phases:
                 trained.update(keys)
@@ -309,6 +337,8 @@ class Simulation:
             "compute_proxy": int(proxy),
             "train_macs": int(macs),
         }
+        if skip:
+            stats["skipped_nonfinite"] = skipped
         return results, stats
 
     def _train_batched(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
@@ -388,7 +418,10 @@ class Simulation:
             evaluated["participants_accuracy_before"] = self.evaluate_participants(
                 participants, states
             )
-        results, stats = self.train_clients(rnd, participants)
+        failed = self.failed_clients(rnd, participants)
+        straggle = cfg.federation.client_failure_mode == "straggle"
+        training = participants if straggle else [c for c in participants if c not in failed]
+        results, stats = self.train_clients(rnd, training)
         if protocol in ("after", "both"):
             evaluated["participants_accuracy_after"] = self.evaluate_participants(
                 list(results), [r.state for r in results.values()]
@@ -396,18 +429,67 @@ class Simulation:
         uploads: dict[int, dict[str, torch.Tensor]] = {}
         weights: dict[int, float] = {}
         up_bytes = 0
+        late, self.late = self.late, {}
         for client, result in results.items():
             sent = algo.upload(rnd, client, result.state)
-            up_bytes += tensor_bytes(sent)
+            up_bytes += tensor_bytes(sent)  # counted in the round it is sent, arrived or not
+            weight = float(self.data.clients[client].num_train)
+            if client in failed:  # a straggler's update arrives next round
+                self.late[client] = (sent, weight)
+                continue
             uploads[client] = sent
-            weights[client] = float(self.data.clients[client].num_train)
-        algo.aggregate(rnd, uploads, weights)
-        return {
+            weights[client] = weight
+        applied = self._apply_late(late, uploads, weights)
+        if uploads:  # a round where nobody returned keeps the model
+            algo.aggregate(rnd, uploads, weights)
+        row = {
             **stats,
             **evaluated,
+            "participants": len(participants),
             "up_bytes": int(up_bytes),
             "down_bytes": int(down_each * len(participants)),
         }
+        f = cfg.federation
+        if f.client_failure or f.client_failure_schedule:
+            row["failed"] = len(failed)
+            if straggle:
+                row["late_applied"] = applied
+        return row
+
+    def failed_clients(self, rnd: int, participants: list[int]) -> set[int]:
+        """The participants of round ``rnd`` that fail to return in time
+        (``federation.client_failure``, ``client_failure_schedule``).
+
+        Client c fails when u[c] < ``client_failure``, u drawn for all clients from a stream
+        keyed by (seed, round): the same clients fail for every method and on resume.
+        """
+        f = self.cfg.federation
+        failed = {c for r, c in f.client_failure_schedule if r == rnd and c in participants}
+        if f.client_failure > 0:
+            u = numpy_rng(self.cfg.seed, "client_failure", rnd).random(self.data.num_clients)
+            failed.update(c for c in participants if u[c] < f.client_failure)
+        return failed
+
+    @staticmethod
+    def _apply_late(
+        late: dict[int, tuple[dict[str, torch.Tensor], float]],
+        uploads: dict[int, dict[str, torch.Tensor]],
+        weights: dict[int, float],
+    ) -> int:
+        """Add last round's late updates to this round's: a client's fresh update replaces its
+        stale one, and a stale one carrying other keys than this round's (a method whose shared
+        blocks changed) is dropped. Returns how many were applied."""
+        keys = set(next(iter(uploads.values()))) if uploads else None
+        applied = 0
+        for client in sorted(late):
+            sent, weight = late[client]
+            if client in uploads or (keys is not None and set(sent) != keys):
+                continue
+            keys = set(sent) if keys is None else keys
+            uploads[client] = sent
+            weights[client] = weight
+            applied += 1
+        return applied
 
     def decentralized_round(self, rnd: int) -> dict[str, Any]:
         """Every client trains; the method's ``communicate`` mixes along the round's graph
@@ -475,12 +557,30 @@ class Simulation:
         return last or (rnd + 1) % self.cfg.evaluation.every == 0
 
     def run(self) -> Result:
-        """Run the remaining rounds, then the method's finishing step and the final evaluation."""
+        """Run the remaining rounds, then the method's finishing step and the final evaluation.
+
+        With a run directory, the directory is locked for this process while the run writes it
+        (a second process gets a one-line error).
+        """
+        rd = self.run_dir
+        if rd is None or rd.locked:
+            return self._run()
+        rd.acquire()
+        try:
+            return self._run()
+        finally:
+            rd.release()
+
+    def _run(self) -> Result:
         cfg = self.cfg
         rd = self.run_dir
-        if rd is not None and self.rounds_completed == 0 and not self.finished:
+        if rd is not None and self.rounds_completed == 0 and not self.finished and not self.resumed:
             rd.prepare(cfg.output.overwrite)
+            if crash_point("run.start"):
+                crash()
             rd.write_text("config.yaml", dump_config(cfg))
+            if crash_point("run.config"):
+                crash()
             rd.write_metrics([])
         bar = None
         if not self.quiet:
@@ -497,6 +597,8 @@ class Simulation:
         try:
             while self.rounds_completed < cfg.federation.rounds:
                 rnd = self.rounds_completed
+                if rd is not None and crash_point("round.start"):
+                    crash()
                 t0 = time.perf_counter()
                 row: dict[str, Any] = {"round": rnd}
                 row.update(self.run_round(rnd))
@@ -536,6 +638,8 @@ class Simulation:
                         "stage": "final",
                         **self.evaluate(),
                     }
+                    if rd is not None:  # logged too, so metrics.jsonl is what a resume rebuilds
+                        rd.append_metrics(self.final_row)
                 self.elapsed += time.perf_counter() - t0
                 self.finished = True
         finally:
@@ -553,6 +657,8 @@ class Simulation:
                     "client_train_samples": [c.num_train for c in self.data.clients],
                 },
             )
+            if crash_point("run.end"):
+                crash()
         return result
 
     def result(self) -> Result:
@@ -594,6 +700,8 @@ class Simulation:
             out.update({f"personal/{c}/{k}": v for k, v in state.items()})
         for c, state in self.store.tailored.items():
             out.update({f"tailored/{c}/{k}": v for k, v in state.items()})
+        for c, (sent, _) in self.late.items():
+            out.update({f"late/{c}/{k}": v for k, v in sent.items()})
         extra_tensors, _ = self.algorithm.extra_state()
         out.update({f"extra/{k}": v for k, v in extra_tensors.items()})
         return out
@@ -610,15 +718,56 @@ class Simulation:
             "client_accuracy": self.client_accuracy,
             "final_row": self.final_row,
             "algorithm_state": extra_values,
+            # the rows logged so far and the config: a resume rebuilds metrics.jsonl from the
+            # checkpoint and notices a config.yaml edited since
+            "rows": self.rows,
+            "config": json.loads(json.dumps(self.cfg.to_dict(), default=str)),
+            "late": {str(c): w for c, (_, w) in self.late.items()},
         }
         self.run_dir.save_checkpoint(self.state_tensors(), meta)
+
+    def _check_fits(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Refuse a checkpoint written for another model or method, naming the first misfit."""
+        ref = self.store.global_state
+        n = self.data.num_clients
+        seen = set()
+        for name, value in tensors.items():
+            kind, _, rest = name.partition("/")
+            if kind == "global":
+                want = ref.get(rest)
+                if want is None or want.shape != value.shape or want.dtype != value.dtype:
+                    got = f"{tuple(value.shape)} {value.dtype}"
+                    has = "no such tensor" if want is None else f"{tuple(want.shape)} {want.dtype}"
+                    raise FedpartError(
+                        f"the checkpoint does not fit this config: {name} is {got}, the model "
+                        f"has {has}; resume with the config the run was started with"
+                    )
+                seen.add(rest)
+            elif kind in ("personal", "tailored", "late"):
+                client, _, key = rest.partition("/")
+                if not client.isdigit() or int(client) >= n or key not in ref:
+                    raise FedpartError(
+                        f"the checkpoint does not fit this config: {name} names no client "
+                        f"(0..{n - 1}) and model tensor; resume with the config the run was "
+                        "started with"
+                    )
+            elif kind != "extra":
+                raise FedpartError(f"the checkpoint holds an unknown entry {name!r}")
+        missing = sorted(set(ref) - seen)
+        if missing:
+            raise FedpartError(
+                f"the checkpoint does not fit this config: it has no global/{missing[0]}; "
+                "resume with the config the run was started with"
+            )
 
     def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         """Restore a checkpoint's tensors and counters."""
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise FedpartError(f"checkpoint format {meta.get('format')} is not supported")
+        self._check_fits(tensors)
         store = self.store
         extra: dict[str, torch.Tensor] = {}
+        late: dict[int, dict[str, torch.Tensor]] = {}
         for name, value in tensors.items():
             kind, rest = name.split("/", 1)
             if kind == "global":
@@ -627,8 +776,13 @@ class Simulation:
                 client, key = rest.split("/", 1)
                 per_client = store.personal if kind == "personal" else store.tailored
                 per_client.setdefault(int(client), {})[key] = value.to(self.device)
+            elif kind == "late":
+                client, key = rest.split("/", 1)
+                late.setdefault(int(client), {})[key] = value.to(self.device)
             else:
                 extra[rest] = value.to(self.device)
+        late_weights = meta.get("late", {})
+        self.late = {c: (sent, float(late_weights[str(c)])) for c, sent in sorted(late.items())}
         self.algorithm.load_extra_state(extra, meta.get("algorithm_state", {}))
         self.rounds_completed = int(meta["rounds_completed"])
         self.finished = bool(meta.get("finished", False))
