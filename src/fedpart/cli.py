@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from fedpart.errors import FedpartError
 
@@ -39,14 +40,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     s = result.summary
     acc = s["accuracy"]
     line = (
-        f"{s['algorithm']} on {s['dataset']}: accuracy final {acc['final']:.4f}, "
-        f"best {acc['best']:.4f} (round {acc['best_round']}), weighted {s['accuracy_weighted']['final']:.4f}"
+        f"{s['algorithm']} on {s['dataset']}: accuracy final {_num(acc['final'])}, "
+        f"best {_num(acc['best'])} (round {_num(acc['best_round'])}), "
+        f"weighted {_num(s['accuracy_weighted']['final'])}"
     )
     if "global_accuracy" in s:
-        line += f", global {s['global_accuracy']['final']:.4f}"
+        line += f", global {_num(s['global_accuracy']['final'])}"
     print(line)
     print(f"results in {result.run_dir}")
     return 0
+
+
+def _num(value: object) -> str:
+    """A summary number for the result line; ``-`` where there is none (e.g. zero rounds)."""
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def _run_one(cfg: object, out: Path, quiet: bool = True) -> Path:
@@ -190,10 +199,35 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors as one line and exit code 2, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {_one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with line breaks escaped, so an error stays one line whatever it quotes."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _report(exc: BaseException) -> int:
+    """Print a user-caused error as one line on stderr; its exit code."""
+    if isinstance(exc, FedpartError):
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    assert isinstance(exc, OSError)
+    # the file system refused (a full disk, a read-only or missing directory): name it
+    where = f": {exc.filename}" if exc.filename else ""
+    print(f"error: {_one_line(exc.strerror or str(exc))}{where}", file=sys.stderr)
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     import time
 
-    parser = argparse.ArgumentParser(prog="fedpart", description=__doc__)
+    parser = OneLineParser(prog="fedpart", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run one experiment")
@@ -253,15 +287,13 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             return bench_main(argv[1:])
-        except FedpartError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
+        except (FedpartError, OSError) as exc:
+            return _report(exc)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except FedpartError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except (FedpartError, OSError) as exc:
+        return _report(exc)
     except KeyboardInterrupt:
         print(
             "interrupted; continue with 'fedpart run --resume DIR' from the last checkpoint",

@@ -843,7 +843,9 @@ def _non_negative(text: str) -> int:
 
 
 def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from fedpart.cli import OneLineParser  # usage errors as one line, like every fedpart error
+
+    p = OneLineParser(
         prog=prog,
         description="Time and memory of fedpart's engine (sequential and batched backends) "
         "against a PFLlib/FL-bench-style loop and a centralized training ceiling.",
@@ -886,7 +888,7 @@ def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
         default=None,
         help="min_size of scale1000 (default 0: Dir(0.1) over 1,000 MNIST clients cannot give every client even 1 sample; digits 2)",
     )
-    p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    p.add_argument("--seed", type=_non_negative, default=0, help="run seed (default 0)")
     p.add_argument("--out", default=None, help="also write the markdown report to this file")
     return p
 

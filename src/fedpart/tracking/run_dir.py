@@ -100,6 +100,11 @@ class RunDir:
         fh.flush()
         self._lock = fh
 
+    @property
+    def locked(self) -> bool:
+        """Whether this handle holds the directory's lock."""
+        return self._lock is not None
+
     def release(self) -> None:
         """Give the lock back (closing the file releases it)."""
         if self._lock is not None:
