@@ -19,6 +19,7 @@ PURPOSES = {
     "init": 6,
     "algorithm": 7,
     "topology": 8,
+    "capacity": 10,
     "client_failure": 9,
 }
 

@@ -16,6 +16,7 @@ import torch
 
 from fedpart.config import Config, dump_config
 from fedpart.data.sources import load_dataset
+from fedpart.engine.capacity import capacity_profile, narrow_for_capacity
 from fedpart.engine.cost import MacCounter
 from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.engine.decentralized import Exchange
@@ -118,6 +119,11 @@ def _all_finite(state: dict[str, torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
 
 
+def _numel(model: torch.nn.Module) -> dict[str, int]:
+    """Parameter key → number of elements."""
+    return {k: p.numel() for k, p in model.named_parameters()}
+
+
 def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> list[int]:
     """The round's participants, from a stream keyed by (seed, round): the same for every method."""
     m = max(1, int(round(join_ratio * num_clients)))
@@ -161,6 +167,11 @@ class Simulation:
             )
             data = build_federated_data(cfg, bundle)
         self.data = data
+        f = cfg.federation
+        #: each client's capacity r_i and width p_i (docs/capacity.md), fixed for the run
+        self.capacity = capacity_profile(
+            f.capacity, data.num_clients, cfg.seed, f.capacity_values, f.p_min
+        )
         algo_cls = ALGORITHMS[cfg.algorithm.name]
         self.algorithm = algo_cls(algo_cls.parse_options(cfg.algorithm.options), self)
         torch.manual_seed(seed_for(cfg.seed, "init"))
@@ -170,9 +181,14 @@ class Simulation:
             input_shape=tuple(data.bundle.input_shape),
             **model_options(cfg, algo_cls),
         )
+        if not algo_cls.capacity_aware:
+            # every client must afford the model, so it is the full one cut to the smallest
+            # width (Pa3dFL §6.1); a capacity-aware method keeps the full model on the server
+            model = narrow_for_capacity(model, self.capacity.p_min)
         self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
         self.model.set_channels_last(channels_last(cfg, self.model))
         self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
+        self._mac_counters: dict[int, MacCounter] = {}
         self.store = ClientStateStore(
             self.model,
             self.model.state_dict(),
@@ -233,7 +249,7 @@ class Simulation:
         """Run a client's local training (the method's recipe unless one is given)."""
         algo = self.algorithm
         return train_client(
-            self.model,
+            algo.model_for(client),
             start,
             recipe if recipe is not None else algo.recipe(rnd, client),
             self.data,
@@ -253,7 +269,7 @@ class Simulation:
         recipe = Recipe(phases=(Phase(blocks=None, epochs=epochs, name="finetune"),))
         begin = start or self.store.client_state
         clients = list(range(self.data.num_clients))
-        if self.backend == "batched":
+        if self.backend == "batched" and not self.algorithm.capacity_aware:
             from fedpart.engine.batched import train_clients_batched
 
             by_settings: dict[TrainSettings, list[int]] = {}
@@ -307,7 +323,7 @@ class Simulation:
         proxy = 0
         macs = 0.0
         trainable = 0
-        numel = {k: p.numel() for k, p in self.model.named_parameters()}
+        full_numel = _numel(self.model)
         for client in clients:
             try:
                 result = batched.get(client) or algo.local_update(rnd, client)
@@ -319,11 +335,14 @@ class Simulation:
             if skip and not _all_finite(result.state):
                 skipped += 1  # a finite loss can still end in an overflowed last step
                 continue
+            model = algo.model_for(client)
+            # a capacity-aware method's client trains the model of its width
+            numel = full_numel if model is self.model else _numel(model)
             trained: set[str] = set()
             for keys, steps, phase_samples in result.phases:
                 trained.update(keys)
                 proxy += sum(numel[k] for k in keys) * steps
-                macs += self.macs.per_sample(result.state, keys) * phase_samples
+                macs += self.mac_counter(model).per_sample(result.state, keys) * phase_samples
             trainable = max(trainable, sum(numel[k] for k in trained))
             self.store.set_personal(client, result.state)
             algo.trained(rnd, client, result)
@@ -341,6 +360,17 @@ class Simulation:
             stats["skipped_nonfinite"] = skipped
         return results, stats
 
+    def mac_counter(self, model: BlockModel) -> MacCounter:
+        """The multiply-add counter of ``model``: the run's model or a client's narrow one."""
+        if model is self.model:
+            return self.macs
+        counter = self._mac_counters.get(id(model))
+        if counter is None:
+            shape = tuple(self.data.bundle.input_shape)
+            counter = MacCounter(model, shape, self.data.num_classes)
+            self._mac_counters[id(model)] = counter
+        return counter
+
     def _train_batched(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
         """Train the batchable clients of ``clients`` together; returns their results."""
         from fedpart.algorithms.base import Algorithm
@@ -351,7 +381,10 @@ class Simulation:
             return {}
         # Clients whose recipes differ only in their phases' learning-rate factors (push-sum's
         # 1/μ_i) are grouped, the factors passed per client.
-        groups: dict[tuple[Any, TrainSettings], list[int]] = {}
+        # a capacity-aware method's clients of different widths run different models: they
+        # are grouped by model too, never stacked together
+        groups: dict[tuple[Any, TrainSettings, int], list[int]] = {}
+        models: dict[int, Any] = {}
         factors: dict[int, list[float]] = {}
         for client in clients:
             recipe = algo.recipe(rnd, client)
@@ -360,15 +393,20 @@ class Simulation:
                 recipe,
                 phases=tuple(dataclasses.replace(p, lr_scale=1.0) for p in recipe.phases),
             )
-            groups.setdefault((plain, self.train_settings(rnd, client)), []).append(client)
+            model = algo.model_for(client)
+            models[id(model)] = model
+            groups.setdefault((plain, self.train_settings(rnd, client), id(model)), []).append(
+                client
+            )
         out: dict[int, TrainResult] = {}
         frozen = algo.frozen_blocks(rnd)
-        for (recipe, settings), members in groups.items():
-            if len(members) < 2 or can_batch(self.model, [recipe]) is not None:
+        for (recipe, settings, model_id), members in groups.items():
+            model = models[model_id]
+            if len(members) < 2 or can_batch(model, [recipe]) is not None:
                 continue
             starts = [algo.start_state(rnd, c) for c in members]
             trained = train_clients_batched(
-                self.model,
+                model,
                 starts,
                 recipe,
                 self.data,
@@ -410,7 +448,8 @@ class Simulation:
             cfg.seed, rnd, self.data.num_clients, cfg.federation.join_ratio
         )
         down_keys = algo.download_keys(rnd)
-        down_each = tensor_bytes({k: self.store.global_state[k] for k in down_keys})
+        # a capacity-aware method sends each participant the slice of its width
+        down = sum(algo.download_bytes(rnd, c, down_keys) for c in participants)
         protocol = cfg.evaluation.participants
         evaluated: dict[str, Any] = {}
         if protocol in ("before", "both"):
@@ -447,7 +486,7 @@ class Simulation:
             **evaluated,
             "participants": len(participants),
             "up_bytes": int(up_bytes),
-            "down_bytes": int(down_each * len(participants)),
+            "down_bytes": int(down),
         }
         f = cfg.federation
         if f.client_failure or f.client_failure_schedule:
@@ -513,11 +552,35 @@ class Simulation:
         (FL-bench's per-round metric: Σ correct / Σ samples over the round's participants)."""
         split = self.cfg.evaluation.split
         index = [getattr(self.data.clients[c], split) for c in clients]
-        outcomes = evaluate_clients(
-            self.model, states, index, self.data, self.cfg.engine.eval_batch_size
-        )
+        outcomes = self.evaluate_states(clients, states, index)
         total = sum(ok.numel() for ok, _ in outcomes)
         return float(sum(float(ok.sum()) for ok, _ in outcomes) / total) if total else None
+
+    def evaluate_states(
+        self, clients: list[int], states: list[dict[str, torch.Tensor]], index: list[torch.Tensor]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-sample (correct, loss) of ``states[i]`` on the samples ``index[i]``, each with the
+        model of client ``clients[i]``: clients are grouped by that model (a capacity-aware
+        method's widths), so the ordinary case is one call sharing body passes across clients."""
+        bs = self.cfg.engine.eval_batch_size
+        models = [self.algorithm.model_for(c) for c in clients]
+        if all(m is self.model for m in models):
+            return evaluate_clients(self.model, states, index, self.data, bs)
+        out: list[Any] = [None] * len(clients)
+        groups: dict[int, list[int]] = {}
+        for i, m in enumerate(models):
+            groups.setdefault(id(m), []).append(i)
+        for members in groups.values():
+            outcomes = evaluate_clients(
+                models[members[0]],
+                [states[i] for i in members],
+                [index[i] for i in members],
+                self.data,
+                bs,
+            )
+            for i, outcome in zip(members, outcomes, strict=True):
+                out[i] = outcome
+        return out
 
     def evaluate(self) -> dict[str, Any]:
         """Personalised accuracy (each client's model on its own split) and the global accuracy."""
@@ -529,9 +592,7 @@ class Simulation:
         loss = np.zeros(n)
         states = [self.algorithm.eval_state(c) for c in range(n)]
         index = [getattr(self.data.clients[c], split) for c in range(n)]
-        for c, (ok, losses) in enumerate(
-            evaluate_clients(self.model, states, index, self.data, bs)
-        ):
+        for c, (ok, losses) in enumerate(self.evaluate_states(list(range(n)), states, index)):
             correct[c] = float(ok.sum())
             loss[c] = float(losses.sum())
             total[c] = ok.numel()
@@ -655,6 +716,7 @@ class Simulation:
                     "client_accuracy": result.client_accuracy,
                     "client_test_samples": self.client_test_samples,
                     "client_train_samples": [c.num_train for c in self.data.clients],
+                    **self.capacity.client_json(),
                 },
             )
             if crash_point("run.end"):
