@@ -1,0 +1,180 @@
+"""The shared machinery of width-sliced methods (HeteroFL, FedRolex): each client trains the
+submodel of its width, the server averages every coordinate over the clients that hold it.
+
+The server keeps the full model in the state store. A client of width ``p_i``
+(``federation.capacity``) receives the slice its method selects (a prefix, or a window rolling
+with the round), trains the width-``p_i`` model (one cached module per width: the module only
+fixes shapes, so one serves every selection of that width) and sends its slice back;
+:func:`fedpart.models.width.holder_average` puts the slices together, and a coordinate no
+participant held keeps its value. A client of width 1 under a prefix selection holds the whole
+model and takes FedAvg's path unchanged, so ``federation.capacity=ideal`` runs FedAvg's code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from fedpart.algorithms.base import Algorithm, State
+from fedpart.models.width import (
+    IndexSets,
+    embed_state,
+    holder_average,
+    model_index_sets,
+    narrow_model,
+    slice_state,
+    width_plan,
+)
+
+
+def scale_outputs(model: nn.Module, reference: nn.Module, p: float) -> None:
+    """Divide the output of every sliced conv/linear layer of ``model`` by ``p`` in training
+    mode (HeteroFL's *Scaler*, placed after each such layer, before its norm), so that a narrow
+    model's activations have the full model's scale; evaluation is unscaled. ``reference`` is
+    the full model whose width plan says which layers are sliced (the classifier is not)."""
+    axes = width_plan(reference).axes
+
+    def hook(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        return output / p if module.training else output
+
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Conv2d | nn.Linear):
+            if any(a.dim == 0 for a in axes.get(f"{name}.weight", ())):
+                module.register_forward_hook(hook)
+
+
+class WidthSliced(Algorithm):
+    """Base of the width-sliced methods: a subclass names its ``selection`` (``prefix`` or
+    ``rolling``) and, for a rolling window, :meth:`offset`."""
+
+    capacity_aware = True
+    #: the batched backend groups clients by width (never stacks different widths)
+    backends = ("sequential", "batched")
+    #: how a client's channels are chosen: ``prefix`` or ``rolling`` (``WidthPlan.channels``)
+    selection: ClassVar[str] = "prefix"
+
+    def setup(self) -> None:
+        self._models: dict[float, Any] = {}
+        self._index: dict[tuple[float, int], IndexSets] = {}
+        self._round = 0  # the round whose selection evaluation uses
+        self._trained_round: dict[int, int] = {}  # the round each client's last slice is from
+        self._prev_personal: dict[int, State] = {}
+
+    # --------------------------------------------------------------- widths
+    def width(self, client: int) -> float:
+        """The client's width ``p_i``."""
+        return float(self.sim.capacity.width[client])
+
+    def offset(self, rnd: int) -> int:
+        """The rolling window's start in round ``rnd`` (unused by a prefix selection)."""
+        return 0
+
+    def scaled(self) -> bool:
+        """Whether narrow models scale their layers' outputs by ``1/p`` in training."""
+        return bool(getattr(self.options, "scaler", False))
+
+    def whole(self, client: int) -> bool:
+        """Whether ``client`` holds the whole model in the server's own order."""
+        return self.width(client) >= 1.0 and self.selection == "prefix"
+
+    def index_sets(self, rnd: int, client: int) -> IndexSets:
+        """What ``client`` holds in round ``rnd`` (empty: everything, as FedAvg)."""
+        if self.whole(client):
+            return {}
+        p = self.width(client)
+        offset = self.offset(rnd) if self.selection == "rolling" else 0
+        key = (p, offset)
+        if key not in self._index:
+            if len(self._index) > 64:  # a rolling window makes new sets every round
+                self._index.clear()
+            self._index[key] = model_index_sets(
+                self.sim.model, p, kind=self.selection, offset=offset
+            )
+        return self._index[key]
+
+    def model_for(self, client: int) -> Any:
+        if self.whole(client):
+            return self.sim.model
+        p = self.width(client)
+        if p not in self._models:
+            model = narrow_model(self.sim.model, p)
+            if self.scaled():
+                scale_outputs(model, self.sim.model, p)
+            self._models[p] = model
+        return self._models[p]
+
+    # ---------------------------------------------------------------- round
+    def download_keys(self, rnd: int) -> list[str]:
+        self._round = rnd
+        return super().download_keys(rnd)
+
+    def download_bytes(self, rnd: int, client: int, keys: list[str]) -> int:
+        """Bytes of the client's slice of ``keys``: never more than its width holds."""
+        index = self.index_sets(rnd, client)
+        total = 0
+        for key in keys:
+            t = self.sim.store.global_state[key]
+            kept = index.get(key, ())
+            sizes = [
+                len(kept[d]) if d < len(kept) and kept[d] is not None else t.shape[d]  # type: ignore[arg-type]
+                for d in range(t.dim())
+            ]
+            total += math.prod(sizes) * t.element_size()
+        return total
+
+    def start_state(self, rnd: int, client: int) -> State:
+        store = self.sim.store
+        self._trained_round[client] = rnd
+        if store.personal_keys:
+            self._prev_personal[client] = store.personal.get(client, store.init_personal)
+        index = self.index_sets(rnd, client)
+        state = store.client_state(client)
+        return slice_state(state, index) if index else state
+
+    def trained(self, rnd: int, client: int, result: Any) -> None:
+        # the store keeps full shapes: a client's personal slice goes back into its full
+        # personal tensors, whose unheld coordinates keep their values
+        store = self.sim.store
+        index = self.index_sets(rnd, client)
+        if index and store.personal_keys:
+            prev = self._prev_personal.pop(client)
+            sub = {k: result.state[k] for k in store.personal_keys}
+            store.personal[client] = embed_state(prev, sub, index)
+
+    def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        """Holder averaging (weighted by training samples, as FedAvg); FedAvg's own average
+        when every participant held the whole model."""
+        if not uploads:
+            return
+        clients = sorted(uploads)
+        index = [self.index_sets(self._trained_round.get(c, rnd), c) for c in clients]
+        if not any(index):
+            super().aggregate(rnd, uploads, weights)
+            return
+        keys = list(uploads[clients[0]])
+        mixed = holder_average(
+            self.sim.store.global_state,
+            [uploads[c] for c in clients],
+            index,
+            [weights[c] for c in clients],
+            keys,
+        )
+        self.sim.store.global_state.update(mixed)
+
+    def eval_state(self, client: int) -> State:
+        """The client's slice (of the current round's selection) at its own width."""
+        index = self.index_sets(self._round, client)
+        state = self.sim.store.client_state(client)
+        return slice_state(state, index) if index else state
+
+    # ----------------------------------------------------------- checkpoints
+    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        trained = {str(c): r for c, r in self._trained_round.items()}
+        return {}, {"round": self._round, "trained_round": trained}
+
+    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        self._round = int(values.get("round", 0))
+        self._trained_round = {int(c): int(r) for c, r in values.get("trained_round", {}).items()}
