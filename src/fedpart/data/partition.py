@@ -27,6 +27,11 @@ PARTITIONS: dict[str, str] = {
     "each class split evenly among its holders (FedFomo / Dis-PFL)",
 }
 
+#: Redraws are declared hopeless when each of the first _PROBE_DRAWS draws left at least
+#: _HOPELESS clients below min_size: a draw with none is then about e^-20 likely (the
+#: undersized count is roughly Poisson), so the remaining draws would only take time.
+_PROBE_DRAWS = 5
+_HOPELESS = 20
 _BALANCE_TOL = 1e-6  # FLGo's default error bar on ||mean client distribution - global||^2
 _BALANCE_PATIENCE = 500  # steps before the tolerance is relaxed tenfold (as FLGo)
 
@@ -155,6 +160,7 @@ def _dirichlet(
     _, by_class = _class_indices(y)
     cap = n / num_clients
     concentration = np.full(num_clients, alpha)
+    redraws = _Redraws(min_size, num_clients, alpha, n)
     for _ in range(max(1, max_tries)):
         sizes = np.zeros(num_clients, dtype=np.int64)
         pieces: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
@@ -169,11 +175,8 @@ def _dirichlet(
                 sizes[j] += len(piece)
         if sizes.min() >= min_size:
             return [np.concatenate(p) for p in pieces]
-    raise DataError(
-        f"partition.min_size={min_size} cannot be met with {num_clients} clients, alpha {alpha:g} "
-        f"and {n} samples (tried {max(1, max_tries)} draws); lower partition.min_size or raise "
-        "partition.alpha"
-    )
+        redraws.failed(sizes)
+    raise redraws.error()
 
 
 def _dirichlet_prior(
@@ -204,6 +207,7 @@ def _dirichlet_prior(
     prior = counts / n
     sizes = np.array([len(s) for s in np.array_split(np.arange(n), num_clients)], dtype=np.float64)
     concentration = alpha * prior
+    redraws = _Redraws(min_size, num_clients, alpha, n)
     for _ in range(max(1, max_tries)):
         q = _draw_dirichlet(rng, concentration, size=num_clients)
         q = _balance_to_prior(q, sizes, prior, concentration, rng)
@@ -226,11 +230,43 @@ def _dirichlet_prior(
             got[j] += len(by_class[k])
         if got.min() >= min_size:
             return [np.concatenate(p) if p else np.empty(0, np.int64) for p in pieces]
-    raise DataError(
-        f"partition.min_size={min_size} cannot be met with {num_clients} clients, alpha {alpha:g} "
-        f"and {n} samples (tried {max(1, max_tries)} draws); lower partition.min_size or raise "
-        "partition.alpha"
-    )
+        redraws.failed(got)
+    raise redraws.error()
+
+
+class _Redraws:
+    """The failed draws of a ``min_size`` partition: stops hopeless redrawing early and names
+    the fix (the smallest client size the best draw reached)."""
+
+    def __init__(self, min_size: int, num_clients: int, alpha: float, n: int) -> None:
+        self.min_size = min_size
+        self.what = f"{num_clients} clients, alpha {alpha:g} and {n} samples"
+        self.undersized: list[int] = []
+        self.best = 0
+
+    def failed(self, sizes: np.ndarray) -> None:
+        """Record a draw that missed; raise at once when the first draws show it is hopeless."""
+        self.undersized.append(int(np.sum(sizes < self.min_size)))
+        self.best = max(self.best, int(sizes.min()))
+        if len(self.undersized) == _PROBE_DRAWS and min(self.undersized) >= _HOPELESS:
+            lo, hi = min(self.undersized), max(self.undersized)
+            raise DataError(
+                f"partition.min_size={self.min_size} cannot be met with {self.what}: each of "
+                f"the first {_PROBE_DRAWS} draws left {lo}-{hi} clients below it, so redrawing "
+                f"is hopeless; {self._fix()}"
+            )
+
+    def error(self) -> DataError:
+        return DataError(
+            f"partition.min_size={self.min_size} cannot be met with {self.what} (tried "
+            f"{len(self.undersized)} draws); {self._fix()}"
+        )
+
+    def _fix(self) -> str:
+        return (
+            "lower partition.min_size or raise partition.alpha (or use fewer clients); the "
+            f"best draw gave every client at least {self.best} samples"
+        )
 
 
 def _balance_to_prior(
