@@ -68,7 +68,7 @@ class PFedSim(Algorithm):
 
     where s_ij = max(0, mean_c cos(φ_i[c], φ_j[c])) is last set when i and j were sampled in the
     same round (the N×N matrix starts as I; a client with no similar client keeps its own θ_i).
-    This is FL-bench's rule; the paper motivates the same −log(1 − s) scaling of similarities.
+    This is FL-bench's rule, the implementation the FedCMD paper ran.
     """
 
     name = "pfedsim"
