@@ -154,3 +154,15 @@ def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     clients = json.loads((tmp_path / "run" / "clients.json").read_text())
     assert len(clients["width"]) == 20 and min(clients["width"]) == 1 / 16
     assert len(clients["capacity_groups"]) == 20
+
+
+def test_batched_backend_groups_clients_by_width(tiny_cfg):
+    values = [0.25, 0.25, 0.25, 1.0, 1.0, 0.01]  # widths 1/2, 1/2, 1/2, 1, 1, 1/16
+    states = {}
+    for backend in ("sequential", "batched"):
+        cfg = _cfg(tiny_cfg, "fedrolex", rounds=2, capacity="list", capacity_values=values)
+        cfg["federation"]["join_ratio"] = 1.0
+        cfg["engine"] = {"backend": backend}
+        states[backend] = fedpart.run(cfg, write=False).simulation.store.global_state
+    for k, v in states["sequential"].items():
+        assert torch.allclose(v, states["batched"][k], atol=1e-6)
