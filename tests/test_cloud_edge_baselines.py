@@ -106,7 +106,7 @@ def test_fedfomo_resume_is_bit_identical(tiny_cfg, tmp_path):
 def test_fedbn_never_averages_a_batchnorm_tensor():
     sim = Simulation(Config.from_dict(cnn_cfg("fedbn", join_ratio=1.0)))
     bn = set(batchnorm_keys(sim.model, statistics=True, affine=True))
-    assert {"conv1.norm.weight", "conv1.norm.running_mean"} <= bn  # norm=batch by default
+    assert {"conv1.norm.weight", "conv1.norm.running_mean"} <= bn  # norm=bn by default
     assert bn <= set(sim.store.personal_keys)
     sim.run_round(0)
     states = [sim.algorithm.eval_state(c) for c in range(sim.data.num_clients)]

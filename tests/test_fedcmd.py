@@ -30,7 +30,7 @@ def base(rounds=5, **options):
         "seed": 2,
         "dataset": {"name": "digits"},
         "partition": {"kind": "dirichlet", "num_clients": 6, "alpha": 0.5, "min_size": 30},
-        "model": {"name": "fedavgcnn", "padding": 2, "width": 4, "norm": "batch"},
+        "model": {"name": "fedavgcnn", "padding": 2, "width": 4, "norm": "bn"},
         "algorithm": {"name": "fedcmd", "selection_rounds": 2, **options},
         "federation": {
             "rounds": rounds,

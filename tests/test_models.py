@@ -23,7 +23,7 @@ CASES = [
     ("fedavgcnn", {}, (1, 28, 28), 10),
     ("fedavgcnn", {}, (3, 32, 32), 100),
     ("fedavgcnn", {}, (3, 64, 64), 200),
-    ("fedavgcnn", {"norm": "batch", "width": 4}, (1, 28, 28), 10),
+    ("fedavgcnn", {"norm": "bn", "width": 4}, (1, 28, 28), 10),
     ("fedavgcnn", {"padding": 2}, (1, 8, 8), 10),
     ("uapdfl_cnn", {}, (3, 32, 32), 10),
     ("uapdfl_cnn", {}, (3, 28, 28), 9),

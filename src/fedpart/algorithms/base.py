@@ -49,7 +49,7 @@ class Algorithm:
     #: ``batched`` also one recipe shared by the clients of a round)
     backends: ClassVar[tuple[str, ...]] = ("sequential", "batched", "ray")
     #: model options the method needs, applied when the model offers the option and the config
-    #: leaves it unset (FedBN: ``{"norm": "batch"}`` gives the quick-start CNN BatchNorm)
+    #: leaves it unset (FedBN: ``{"norm": "bn"}`` gives the quick-start CNN BatchNorm)
     model_defaults: ClassVar[dict[str, Any]] = {}
     #: whether each client trains at its own width (``federation.capacity``); a method that is
     #: not trains every client at the federation's smallest width, the run's model cut to it

@@ -188,7 +188,7 @@ class FedAP(Algorithm):
     summary = "BatchNorm kept local; aggregation weighted by Wasserstein distance of BN statistics."
     setting = "cloud-edge"
     Options = FedAPOptions
-    model_defaults = {"norm": "batch"}
+    model_defaults = {"norm": "bn"}
     has_global_model = False
     backends = ("sequential",)  # its own local update
 

@@ -17,7 +17,7 @@ def require_batchnorm(algorithm: Algorithm) -> None:
         raise ConfigError(
             "model",
             f"{algorithm.name} needs BatchNorm layers, but model {name} has none; "
-            "use lenet5, vgg11, resnet18 (norm=bn) or fedavgcnn with model.norm=batch",
+            "use lenet5, vgg11, resnet18 (norm=bn) or fedavgcnn with model.norm=bn",
         )
 
 
@@ -51,7 +51,7 @@ class FedBN(Algorithm):
 
     name = "fedbn"
     summary = "FedAvg with BatchNorm parameters and statistics kept on each client."
-    model_defaults = {"norm": "batch"}
+    model_defaults = {"norm": "bn"}
     # the server's tensors without BatchNorm are no client's model
     has_global_model = False
 

@@ -30,7 +30,7 @@ class FedAvgCNN(BlockModel):
     ``("fc2",)`` for FedAvg-CNN, ``("fc1", "fc2")`` for the UA-PDFL split (g = convs, h = FCs).
     ``width`` divides the channels and the hidden width (32/w, 64/w, 512/w): ``width=1`` is the
     papers' model; larger values give the same architecture at CPU-friendly cost.
-    ``norm="batch"`` adds a BatchNorm2d after each convolution (for FedBN/FedAP-style methods).
+    ``norm="bn"`` adds a BatchNorm2d after each convolution (for FedBN/FedAP-style methods).
     """
 
     def __init__(
@@ -48,7 +48,7 @@ class FedAvgCNN(BlockModel):
         c, h, w = image_shape(name, input_shape)
         self._head_names = head
         c1, c2, hidden = 32 // width, 64 // width, 512 // width
-        bn = norm == "batch"
+        bn = norm == "bn"
         self.conv1 = ConvBlock(c, c1, 5, padding=padding, batchnorm=bn)
         self.conv2 = ConvBlock(c1, c2, 5, padding=padding, batchnorm=bn)
         hint = "set model.padding=2" if padding < 2 else ""
@@ -67,7 +67,7 @@ class FedAvgCNN(BlockModel):
 
 _PADDING_DOC = "zero padding of both 5x5 convs (int >= 0, default 0; use 2 for 8x8 inputs)"
 _WIDTH_DOC = "divide channels and hidden units by this (1, 2, 4, 8; default 1 = the papers' model)"
-_NORM_DOC = "none (default: the papers' model) or batch (BatchNorm2d after each convolution)"
+_NORM_DOC = "none (default: the papers' model) or bn (BatchNorm2d after each convolution)"
 
 
 @register_model(
@@ -88,7 +88,7 @@ def _build_fedavgcnn(
         input_shape,
         padding=int_option("padding", padding),
         width=choice_option("width", width, (1, 2, 4, 8)),
-        norm=choice_option("norm", norm, ("none", "batch")),
+        norm=choice_option("norm", norm, ("none", "bn")),
     )
 
 
