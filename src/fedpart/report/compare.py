@@ -57,7 +57,7 @@ def _is_number(value: Any) -> bool:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise FedpartError(f"{path}: cannot read ({exc})") from exc
 
@@ -81,11 +81,17 @@ def load_run(path: str | os.PathLike) -> RunRecord:
     metrics: list[dict[str, Any]] = []
     metrics_path = p / "metrics.jsonl"
     if metrics_path.is_file():
-        for lineno, line in enumerate(metrics_path.read_text().splitlines(), 1):
+        try:
+            lines = metrics_path.read_bytes().split(b"\n")
+        except OSError as exc:
+            raise FedpartError(f"{metrics_path}: cannot read ({exc.strerror})") from exc
+        if lines[-1]:
+            lines = lines[:-1]  # a last line without its newline: a run killed mid-append
+        for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line.decode("utf-8"))
             except ValueError as exc:
                 raise FedpartError(f"{metrics_path}:{lineno}: not valid JSON ({exc})") from exc
             if isinstance(row, dict):
@@ -96,9 +102,9 @@ def load_run(path: str | os.PathLike) -> RunRecord:
         import yaml
 
         try:
-            loaded = yaml.safe_load((p / "config.yaml").read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise FedpartError(f"{p / 'config.yaml'}: cannot read ({exc})") from exc
+            loaded = yaml.safe_load((p / "config.yaml").read_bytes().decode("utf-8"))
+        except (OSError, ValueError, yaml.YAMLError, RecursionError) as exc:
+            raise FedpartError(f"{p / 'config.yaml'}: cannot read (not UTF-8 YAML)") from exc
         config = loaded if isinstance(loaded, dict) else None
     return RunRecord(
         path=p.resolve(),

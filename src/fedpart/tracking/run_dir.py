@@ -176,7 +176,7 @@ class RunDir:
     # ------------------------------------------------------------ checkpoints
     def has_checkpoint(self) -> bool:
         """Whether any checkpoint generation is present (sound or not)."""
-        return any((self.path / name / "meta.json").exists() for name in CHECKPOINT_DIRS)
+        return any((self.path / name / "meta.json").exists() for name in CHECKPOINT_ORDER)
 
     def save_checkpoint(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         """Write a new ``checkpoint/`` and keep the one it replaces as ``checkpoint.prev/``.
@@ -238,7 +238,7 @@ class RunDir:
         when none is left.
         """
         damaged: list[str] = []
-        for name in ("checkpoint", ".checkpoint.tmp", "checkpoint.prev"):
+        for name in CHECKPOINT_ORDER:
             where = self.path / name
             if not (where / "meta.json").exists() and not (where / "state.safetensors").exists():
                 continue
@@ -262,8 +262,11 @@ class RunDir:
         )
 
 
-#: checkpoint generations and leftovers of an interrupted write, newest first
-CHECKPOINT_DIRS = ("checkpoint", ".checkpoint.tmp", "checkpoint.prev", ".checkpoint.del")
+#: where a resume looks for a checkpoint, in order: the current one, one written completely
+#: but not yet put in place, the previous one
+CHECKPOINT_ORDER = ("checkpoint", ".checkpoint.tmp", "checkpoint.prev")
+#: every checkpoint directory a run may leave, including one being deleted
+CHECKPOINT_DIRS = (*CHECKPOINT_ORDER, ".checkpoint.del")
 LOCK_FILE = ".lock"
 
 
