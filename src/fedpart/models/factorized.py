@@ -355,6 +355,13 @@ class FactorizedLinear(FactorizedLayer):
 
 
 # --------------------------------------------------------------------------------- the CNN
+def _block_p_min(channels: int, p_min: float) -> float:
+    """``p_min``, or ``1/channels`` (blocks of one channel, ``R1 = 1``) when ``channels·p_min`` is
+    not a whole number of at least one."""
+    blocks = channels * p_min
+    return p_min if blocks >= 1 and abs(blocks - round(blocks)) < 1e-9 else 1.0 / channels
+
+
 @dataclass(frozen=True)
 class _Layer:
     geometry: Factorization
@@ -371,6 +378,11 @@ class FactorizedCNN(BlockModel):
     method applies to detached features: ``forward`` uses ``head``). θ_u has the same shape at
     every width; ``R1, R2`` come from the full layer and ``p_min``, so a width-``p`` model's
     tensors are slices of the full one's (:meth:`width_index_sets`, :meth:`narrow`).
+
+    ``spec`` replaces the variant's layer sizes with any chain of two 5×5 convs (each with a
+    2×2 max-pool) and hidden FC layers, ``{"channels": (c1, c2), "padding": p, "fc": (f1, …)}``:
+    the factorized form of another CNN of that shape (the quick start's ``fedavgcnn``). A layer
+    with fewer than ``1/p_min`` channels (so ``T·p_min`` is not whole) gets blocks of one channel.
     """
 
     def __init__(
@@ -383,15 +395,17 @@ class FactorizedCNN(BlockModel):
         p_min: float = DEFAULT_P_MIN,
         width: float = 1.0,
         local_head: bool = False,
+        spec: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         c, h, w = image_shape("factorized_cnn", input_shape)
-        if variant not in PA3DFL_VARIANTS:
+        if spec is None and variant not in PA3DFL_VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; valid: {sorted(PA3DFL_VARIANTS)}")
         if decomposition not in DECOMPOSITIONS:
             raise ValueError(f"unknown decomposition {decomposition!r}; valid: {DECOMPOSITIONS}")
         _whole(width / p_min, f"width / p_min ({width} / {p_min})")
-        spec = PA3DFL_VARIANTS[variant]
+        spec = dict(PA3DFL_VARIANTS[variant] if spec is None else spec)
+        self.spec = spec
         self.variant, self.decomposition = variant, decomposition
         self.p_min, self.width, self.num_classes = p_min, width, num_classes
         self.input_shape = (c, h, w)
@@ -416,7 +430,7 @@ class FactorizedCNN(BlockModel):
             self.general[f"{name}_u"] = u
             self.general[f"{name}_bias"] = b
             self.personal[f"{name}_v"] = v
-        hidden = self._layers["fc2"].geometry.out_channels
+        hidden = self._layers[next(reversed(self._layers))].geometry.out_channels
         self.head = nn.Linear(hidden, num_classes)
         if local_head:
             self.local_head = nn.Linear(hidden, num_classes)
@@ -425,23 +439,25 @@ class FactorizedCNN(BlockModel):
 
     def _full_layers(self, c: int, h: int, w: int, spec: dict[str, Any]) -> dict[str, _Layer]:
         pad = int(spec["padding"])
-        (c1, c2), (f1, f2) = spec["channels"], spec["fc"]
+        (c1, c2), hidden = spec["channels"], tuple(spec["fc"])
         size = h, w
         for _ in range(2):
             size = tuple((s + 2 * pad - 4) // 2 for s in size)
         flat = c2 * size[0] * size[1]
-        shapes = [
-            ("conv1", c, c1, 5, True),
-            ("conv2", c1, c2, 5, False),
-            ("fc1", flat, f1, 0, False),
-            ("fc2", f1, f2, 0, False),
-        ]
+        shapes = [("conv1", c, c1, 5, True), ("conv2", c1, c2, 5, False)]
+        fan_in = flat
+        for i, f in enumerate(hidden, start=1):
+            shapes.append((f"fc{i}", fan_in, f, 0, False))
+            fan_in = f
         out: dict[str, _Layer] = {}
         for name, s, t, k, first in shapes:
+            # a layer too narrow for whole blocks at p_min (fewer than 1/p_min channels: the
+            # quick start's CNN) takes blocks of one channel, R1 = 1, which every width divides
+            pm = _block_p_min(t if self.decomposition == "pa3dfl" else s, self.p_min)
             if self.decomposition == "pa3dfl":
-                r1, r2 = pa3dfl_ranks(s, t, k, self.p_min, conv=k > 0)
+                r1, r2 = pa3dfl_ranks(s, t, k, pm, conv=k > 0)
             else:
-                r1, r2 = flanc_ranks(s, t, self.p_min, first=first)
+                r1, r2 = flanc_ranks(s, t, pm, first=first)
             geo = Factorization(self.decomposition, s, t, k, r1, r2, 1, pad if k else 0)
             out[name] = _Layer(geo, 2 if k else 0)
         return out
@@ -525,6 +541,7 @@ class FactorizedCNN(BlockModel):
             p_min=self.p_min,
             width=p,
             local_head="local_head" in self._modules,
+            spec=self.spec,
         )
         small.load_state_dict(slice_state(self.state_dict(), self.width_index_sets(p)))
         return small
