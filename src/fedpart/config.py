@@ -152,7 +152,9 @@ class EngineConfig:
     recipe trained as one ``torch.func`` computation; same numbers up to float rounding) or
     ``auto`` (batched where the method and model allow it, else sequential), or ``ray`` (clients
     as Ray tasks; ``ray_address`` names an existing cluster, empty starts a local Ray with
-    ``ray_workers`` CPUs, 0 = all). ``batch_clients``: at most this many clients per batched
+    ``ray_workers`` CPUs, 0 = all), or ``processes`` (a round's clients spread over
+    ``workers`` worker processes on this machine, 0 = one per core; the data pool in shared
+    memory; the sequential backend's numbers at the same ``threads``). ``batch_clients``: at most this many clients per batched
     computation (0: all). ``threads`` sets torch's intra-op threads (0: torch's default).
     ``conv_layout``: the memory layout convolutions compute in: ``channels_last`` (oneDNN's fast
     path on the CPU), ``contiguous`` (NCHW) or ``auto`` (on the CPU the model's measured faster
@@ -174,6 +176,7 @@ class EngineConfig:
     ray_address: str = ""
     ray_workers: int = 0
 
+    workers: int = 0
 
 @dataclass
 class EvaluationConfig:
@@ -435,7 +438,7 @@ _SECTION_TYPES: dict[str, type] = {
     "algorithm": AlgorithmConfig,
 }
 
-BACKENDS = ("auto", "sequential", "batched", "ray")
+BACKENDS = ("auto", "sequential", "batched", "ray", "processes")
 CONV_LAYOUTS = ("auto", "channels_last", "contiguous")
 AUGMENTS = ("auto", "none", "crop", "crop_flip")
 PARTICIPANT_PROTOCOLS = ("none", "before", "after", "both")
@@ -536,6 +539,7 @@ def validate(cfg: Config) -> None:
     _range("evaluation.last_k", cfg.evaluation.last_k, 1)
     _choice("evaluation.split", cfg.evaluation.split, ("test", "val"), "evaluation split")
     _choice(
+    _range("engine.workers", cfg.engine.workers, 0)
         "evaluation.participants",
         cfg.evaluation.participants,
         PARTICIPANT_PROTOCOLS,

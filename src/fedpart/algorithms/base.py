@@ -47,7 +47,7 @@ class Algorithm:
     has_global_model: ClassVar[bool] = True
     #: backends the method can run on (``batched`` and ``ray`` need the default ``local_update``;
     #: ``batched`` also one recipe shared by the clients of a round)
-    backends: ClassVar[tuple[str, ...]] = ("sequential", "batched", "ray")
+    backends: ClassVar[tuple[str, ...]] = ("sequential", "batched", "ray", "processes")
     #: model options the method needs, applied when the model offers the option and the config
     #: leaves it unset (FedBN: ``{"norm": "bn"}`` gives the quick-start CNN BatchNorm)
     model_defaults: ClassVar[dict[str, Any]] = {}

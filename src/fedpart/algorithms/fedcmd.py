@@ -237,7 +237,7 @@ class FedCMD(Algorithm):
     )
     setting = "cloud-edge"
     Options = FedCMDOptions
-    backends = ("sequential", "ray")
+    backends = ("sequential", "ray", "processes")
 
     def setup(self) -> None:
         o = self.options

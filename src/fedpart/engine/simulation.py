@@ -200,7 +200,7 @@ class Simulation:
             self.topology = build_topology(cfg, data.num_clients, self.algorithm.default_topology)
         self.exchange: Exchange | None = None
         self.backend = resolve_backend(cfg, self.algorithm, self.model)
-        self._ray: Any = None
+        self._remote: Any = None
         self.algorithm.setup()
         self.rounds_completed = 0
         self.finished = False
@@ -308,8 +308,8 @@ class Simulation:
         try:
             if self.backend == "batched":
                 batched = self._train_batched(rnd, clients)
-            elif self.backend == "ray":
-                batched = self._train_ray(rnd, clients)
+            elif self.backend in ("ray", "processes"):
+                batched = self._train_remote(rnd, clients)
             else:
                 batched = {}
         except TrainingError:
@@ -420,22 +420,38 @@ class Simulation:
             out.update(zip(members, trained, strict=True))
         return out
 
-    def _train_ray(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
-        """Train the clients with the default local update as Ray tasks."""
+    def close_workers(self) -> None:
+        """Stop the worker processes of the process backend, if any (Ray stays up: it may be a
+        shared cluster)."""
+        close = getattr(self._remote, "close", None)
+        if close is not None:
+            close()
+            self._remote = None
+
+    def _train_remote(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
+        """Train the clients with the default local update as Ray tasks or in worker
+        processes (the same jobs; see :mod:`fedpart.engine.ray_backend` and
+        :mod:`fedpart.engine.parallel`)."""
         from fedpart.algorithms.base import Algorithm
-        from fedpart.engine.ray_backend import RayTrainer
 
         algo = self.algorithm
         if type(algo).local_update is not Algorithm.local_update:
             return {}
-        if self._ray is None:
-            self._ray = RayTrainer(self)
+        if self._remote is None:
+            if self.backend == "ray":
+                from fedpart.engine.ray_backend import RayTrainer
+
+                self._remote = RayTrainer(self)
+            else:
+                from fedpart.engine.parallel import ProcessTrainer
+
+                self._remote = ProcessTrainer(self)
         frozen = algo.frozen_blocks(rnd)
         jobs = [
             (c, algo.start_state(rnd, c), algo.recipe(rnd, c), self.train_settings(rnd, c), frozen)
             for c in clients
         ]
-        return self._ray.train(jobs, rnd)
+        return self._remote.train(jobs, rnd)
 
     def run_round(self, rnd: int) -> dict[str, Any]:
         """One round: the server round (sample, train, upload, aggregate) or, for decentralized
@@ -706,6 +722,7 @@ class Simulation:
         finally:
             if bar is not None:
                 bar.close()
+            self.close_workers()
         result = self.result()
         if rd is not None:
             self.save_checkpoint()

@@ -1,0 +1,100 @@
+"""The process backend: a round's clients trained in worker processes on this machine.
+
+``engine.backend=processes`` spreads every client whose local update is the engine's default
+(train the method's recipe from its start state) over ``engine.workers`` worker processes (0:
+one per CPU core), each running the sequential reference
+:func:`~fedpart.engine.training.train_client` with ``engine.threads`` intra-op threads (default
+1). Each client's randomness is keyed by (seed, round, client), so the numbers are the
+sequential backend's at the same thread count, bit for bit (tests).
+
+The model and the data pool are handed to the workers once, when the pool starts: their
+tensors are moved to shared memory first, so every worker maps the same pages instead of
+holding a copy. Per round, each task carries its client's start state, recipe and optimiser
+settings (serialised with ``cloudpickle``, since recipes may hold closures such as FedProx's
+proximal term); results come back through shared memory. Methods with their own local update
+run in the driver, as on the Ray backend; aggregation, mixing and evaluation stay there too.
+
+Worker processes are started with ``spawn`` (forking a process whose torch thread pools are
+already running is unsafe), which costs a second or two per run; the pool lives as long as the
+simulation.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.multiprocessing as mp
+
+from fedpart.engine.training import TrainResult, TrainSettings, train_client
+
+#: one training job: (client, start state, recipe, settings, frozen blocks)
+Job = tuple[int, dict[str, torch.Tensor], Any, TrainSettings, set[str]]
+
+_WORKER: dict[str, Any] = {}
+
+
+def _share(obj: Any) -> None:
+    """Move every tensor reachable from the data pool to shared memory (in place)."""
+    for value in vars(obj).values():
+        if isinstance(value, torch.Tensor):
+            value.share_memory_()
+        elif hasattr(value, "__dataclass_fields__"):
+            _share(value)
+        elif isinstance(value, list):
+            for item in value:
+                if hasattr(item, "__dataclass_fields__"):
+                    _share(item)
+
+
+def _init_worker(model: Any, data: Any, threads: int) -> None:
+    torch.set_num_threads(threads)
+    _WORKER["model"] = model
+    _WORKER["data"] = data
+
+
+def _run(payload: bytes) -> TrainResult:
+    client, start, recipe, settings, frozen, rnd = cloudpickle.loads(payload)
+    return train_client(
+        _WORKER["model"], start, recipe, _WORKER["data"], client, rnd, settings, frozen
+    )
+
+
+def default_workers() -> int:
+    """Worker processes for ``engine.workers=0``: the CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+class ProcessTrainer:
+    """A pool of worker processes training clients; results in client order."""
+
+    def __init__(self, sim: Any) -> None:
+        engine = sim.cfg.engine
+        self.workers = engine.workers or default_workers()
+        self.sizes = [c.num_train for c in sim.data.clients]
+        model = sim.model
+        for tensor in [*model.parameters(), *model.buffers()]:
+            tensor.share_memory_()
+        _share(sim.data)
+        context = mp.get_context("spawn")
+        self.pool = context.Pool(
+            self.workers, initializer=_init_worker, initargs=(model, sim.data, engine.threads or 1)
+        )
+
+    def train(self, jobs: list[Job], rnd: int) -> dict[int, TrainResult]:
+        """Train ``jobs`` (one per client) in the workers; the longest clients are handed out
+        first so that the last worker to finish waits as little as possible."""
+        order = sorted(range(len(jobs)), key=lambda i: -self.sizes[jobs[i][0]])
+        payloads = [cloudpickle.dumps((*jobs[i], rnd)) for i in order]
+        results = self.pool.map(_run, payloads, chunksize=1)
+        by_position = dict(zip(order, results, strict=True))
+        return {jobs[i][0]: by_position[i] for i in range(len(jobs))}
+
+    def close(self) -> None:
+        self.pool.close()
+        self.pool.join()

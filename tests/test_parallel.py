@@ -1,0 +1,43 @@
+"""The process backend (worker processes on this machine) gives the sequential backend's numbers
+bit for bit, for a centralized, a cloud-edge (per-client aggregation) and a decentralized method."""
+
+import pytest
+import torch
+
+import fedpart
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "extra"),
+    [
+        ("fedper", {}),
+        ("fedcmd", {"algorithm": {"name": "fedcmd", "selection_rounds": 1}}),
+        ("dfedpgp", {"topology": {"neighbors": 2}}),
+    ],
+)
+def test_processes_equal_sequential(tiny_cfg, algorithm, extra):
+    cfg = {
+        **tiny_cfg,
+        "algorithm": {"name": algorithm},
+        "federation": {**tiny_cfg["federation"], "rounds": 3},
+        "evaluation": {"participants": "both"},
+        **extra,
+    }
+    seq = fedpart.run({**cfg, "engine": {"threads": 1, "backend": "sequential"}}, write=False)
+    par = fedpart.run(
+        {**cfg, "engine": {"threads": 1, "backend": "processes", "workers": 2}}, write=False
+    )
+    assert par.simulation.backend == "processes"
+    assert par.simulation._remote is None  # the workers are stopped at the end of the run
+    for c in range(6):
+        a, b = seq.simulation.algorithm.eval_state(c), par.simulation.algorithm.eval_state(c)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    s1, s2 = dict(seq.summary), dict(par.summary)
+    s1.pop("wall_seconds"), s2.pop("wall_seconds")
+    assert s1 == s2
+
+
+def test_methods_with_their_own_local_update_refuse_processes(tiny_cfg):
+    cfg = {**tiny_cfg, "algorithm": {"name": "ditto"}, "engine": {"backend": "processes"}}
+    with pytest.raises(fedpart.FedpartError, match="engine.backend"):
+        fedpart.run(cfg, write=False)
