@@ -58,7 +58,8 @@ class MacCounter:
                 loss = F.cross_entropy(functional_call(self.model, params, (x,)), y)
                 wanted = [params[k] for k in key]
                 if wanted:
-                    torch.autograd.grad(loss, wanted)
+                    # a second head that forward() does not use (Pa3dFL's local head) gets none
+                    torch.autograd.grad(loss, wanted, allow_unused=True)
             self.model.train(was_training)
             # FLOPs count a multiply-add as 2
             self._cache[key] = counter.get_total_flops() / 2 / batch

@@ -1,0 +1,323 @@
+"""Pa3dFL (Wang et al., 2024): pruning and aggregation after decomposition.
+
+Every layer but the classifier is ``θ = Reshape(θ_u θ_v)`` (Eq. 4, ``models.factorized``). The
+general θ_u is never pruned and averaged uniformly (Eq. 6); the personal θ_v is generated per
+client by the server's hyper-network and pruned to the client's width (Eq. 9–10), and the
+hyper-network learns from the returned θ_v by the pFedHN rule (Eq. 7–8). Clients train
+FedBABU-style (Alg. 3) and test the interpolation of the received and the trained model chosen
+by line search on their validation split (Alg. 1). ``docs/methods/pa3dfl.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fedpart.algorithms.registry import register
+from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.functional import call_method
+from fedpart.engine.hypernetwork import HyperNetwork, hypernetwork_seed, hypernetwork_step
+from fedpart.engine.recipe import LossTerm, Phase, Recipe
+from fedpart.engine.store import pack_clients, unpack_clients
+from fedpart.errors import ConfigError
+from fedpart.models import BlockModel
+from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
+from fedpart.models.factorized import DECOMPOSITIONS, FactorizedCNN, offdiagonal_gram_penalty
+from fedpart.models.width import holder_average
+
+State = dict[str, torch.Tensor]
+TEST_MODELS = ("search", "received", "trained")
+
+
+@dataclasses.dataclass
+class Pa3dFLOptions:
+    lam: float = dataclasses.field(
+        default=0.001, metadata={"doc": "λ of the orthogonality term on conv θ_u (Eq. 32)"}
+    )
+    hn_lr: float = dataclasses.field(
+        default=1.0, metadata={"doc": "hyper-network learning rate γ (Eq. 8)"}
+    )
+    embed_dim: int = dataclasses.field(default=64, metadata={"doc": "client-embedding size"})
+    hidden_dim: int = dataclasses.field(default=64, metadata={"doc": "hyper-network hidden size"})
+    depth: int = dataclasses.field(
+        default=4, metadata={"doc": "linear layers of the hyper-network's encoder"}
+    )
+    tau: float = dataclasses.field(
+        default=1.0, metadata={"doc": "initial attention temperature τ_l of every layer"}
+    )
+    line_search: int = dataclasses.field(
+        default=10, metadata={"doc": "n of Alg. 1: α is searched on the grid 0, 1/n, ..., 1"}
+    )
+    hn_aggregation: bool = dataclasses.field(
+        default=True,
+        metadata={"doc": "θ_v from the hyper-network; false: kept on each client (Table 3)"},
+    )
+    decomposition: str = dataclasses.field(
+        default="pa3dfl", metadata={"doc": "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)"}
+    )
+    test_model: str = dataclasses.field(
+        default="search",
+        metadata={"doc": "search (Alg. 1), received (α = 0) or trained (α = 1)"},
+    )
+
+    def check(self) -> None:
+        for name in ("embed_dim", "hidden_dim", "depth", "line_search"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"algorithm.{name}", f"must be >= 1, got {getattr(self, name)}")
+        for name in ("lam", "hn_lr"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"algorithm.{name}", f"must be >= 0, got {getattr(self, name)}")
+        if self.tau <= 0:
+            raise ConfigError("algorithm.tau", f"must be > 0, got {self.tau}")
+        if self.decomposition not in DECOMPOSITIONS:
+            raise ConfigError("algorithm.decomposition", f"must be one of {DECOMPOSITIONS}")
+        if self.test_model not in TEST_MODELS:
+            raise ConfigError("algorithm.test_model", f"must be one of {TEST_MODELS}")
+
+
+def factorized_model(
+    model: BlockModel, input_shape: tuple[int, ...], p_min: float, decomposition: str
+) -> FactorizedCNN:
+    """The factorized form of a chain CNN (Pa3dFL's ``pa3dfl_cnn`` or the quick start's
+    ``fedavgcnn``), with both heads, fresh factors and ranks from ``p_min`` (Eq. 5)."""
+    if isinstance(model, Pa3dFLCNN):
+        spec = PA3DFL_VARIANTS[model.variant]
+        classes = model.head.out_features
+    elif isinstance(model, FedAvgCNN) and model.head_names == ("fc2",) and model.conv1.norm is None:
+        spec = {
+            "channels": (model.conv1.out_channels, model.conv2.out_channels),
+            "padding": model.conv1.padding[0],
+            "fc": (model.fc1.out_features,),
+        }
+        classes = model.fc2.out_features
+    else:
+        raise ConfigError(
+            "model.name",
+            f"pa3dfl decomposes pa3dfl_cnn or fedavgcnn (without norm), not {type(model).__name__}",
+        )
+    return FactorizedCNN(
+        classes, input_shape, decomposition=decomposition, p_min=p_min, local_head=True, spec=spec
+    )
+
+
+def block_p_min(widths: Any) -> float:
+    """Alg. 2 line 2's ``p_min``: the smallest width, or the largest multiple of 1/256 that
+    divides every width when the smallest does not (blocks must tile every client's width)."""
+    steps = [round(float(p) * 256) for p in widths]
+    return math.gcd(*steps) / 256
+
+
+def two_heads(model: FactorizedCNN, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: Any):
+    """Alg. 3 lines 7–9: ``L_g`` on the frozen global head plus ``L_c`` on the local head over
+    detached features, so the encoder learns through the global head only."""
+    z = call_method(model, "features", state, x)
+    global_logits = F.linear(z, state["head.weight"], state["head.bias"])
+    local_logits = F.linear(z.detach(), state["local_head.weight"], state["local_head.bias"])
+    return F.cross_entropy(global_logits, y) + F.cross_entropy(local_logits, y)
+
+
+def orthogonality(params: Mapping[str, torch.Tensor], keys: tuple[str, ...]) -> torch.Tensor:
+    """Eq. (32): Σ over conv layers of ‖θ_uᵀθ_u − diag(θ_uᵀθ_u)‖²_F."""
+    return sum(offdiagonal_gram_penalty(params[k]) for k in keys)  # type: ignore[return-value]
+
+
+def line_search(
+    model: Any,
+    received: State,
+    trained: State,
+    data: Any,
+    index: torch.Tensor,
+    steps: int,
+    batch_size: int,
+) -> tuple[float, State]:
+    """Alg. 1: the model ``M_0 + α(M_1 − M_0)`` with the best validation accuracy over the grid
+    ``α = 0, 1/n, …, 1`` (ties: lower loss, then smaller α). Both ends are on the grid, so the
+    choice is at least as good as either model on ``index``."""
+    if index.numel() == 0:
+        return 0.0, received
+    best: tuple[float, float] | None = None
+    chosen: tuple[float, State] = (0.0, received)
+    for k in range(steps + 1):
+        alpha = k / steps
+        state = {
+            key: torch.lerp(v, trained[key], alpha) if v.is_floating_point() else v
+            for key, v in received.items()
+        }
+        ok, losses = evaluate_samples(model, state, data, index, batch_size)
+        score = (float(ok.double().mean()), -float(losses.double().mean()))
+        if best is None or score > best:
+            best, chosen = score, (alpha, state)
+    return chosen
+
+
+@register
+class Pa3dFL(WidthSliced):
+    """Server (Alg. 2): θ_u averaged over the round's participants (Eq. 6); θ_v and the local
+    head generated by the hyper-network and pruned to each client's width (Eq. 9–10), the
+    hyper-network stepped on the returned θ_v (Eq. 7–8). Client (Alg. 3): E epochs of
+    ``L_g + L_c + λ·L_reg`` with the global head frozen; test model by Alg. 1."""
+
+    name = "pa3dfl"
+    summary = "Factorized θ_u θ_v: θ_u averaged, θ_v from a hyper-network with attention."
+    Options = Pa3dFLOptions
+    backends = ("sequential",)
+    has_global_model = False  # the server holds no θ_v of its own, only the hyper-network
+
+    def wrap_model(self, model: BlockModel) -> BlockModel:
+        p_min = block_p_min(self.sim.capacity.width)
+        shape = tuple(self.sim.data.bundle.input_shape)
+        return factorized_model(model, shape, p_min, self.options.decomposition)
+
+    def setup(self) -> None:
+        super().setup()
+        model = self.sim.model
+        self._test: dict[int, State] = {}  # each client's test model (Alg. 1), at its width
+        self._alphas: list[float] = []
+        self._hn_loss: float | None = None
+        layers = [k.removeprefix("general.").removesuffix("_u") for k in model.general_keys()]
+        self.conv_u = tuple(f"general.{n}_u" for n in layers if model.layer_geometry(n).conv)
+        self.hn: HyperNetwork | None = None
+        if self.options.hn_aggregation:
+            o = self.options
+            keys = [*model.personal_keys(), "local_head.weight", "local_head.bias"]
+            init = self.sim.store.global_state
+            self.hn = HyperNetwork(
+                self.sim.data.num_clients,
+                {k: init[k].shape for k in keys},
+                embed_dim=o.embed_dim,
+                hidden_dim=o.hidden_dim,
+                depth=o.depth,
+                attention=True,
+                # one τ_l per decomposed layer and one for the local head
+                layers={
+                    k: k.removeprefix("personal.").removesuffix("_v")
+                    if k.startswith("personal.")
+                    else "local_head"
+                    for k in keys
+                },
+                tau=o.tau,
+                init={k: init[k] for k in keys},
+                seed=hypernetwork_seed(self.sim.cfg.seed),
+            ).to(self.sim.device)
+
+    # ------------------------------------------------------------ the three choices
+    def personal_blocks(self) -> set[str]:
+        # without HN-based aggregation (Table 3) each client keeps its own θ_v and local head
+        return set() if self.options.hn_aggregation else {"personal", "local_head"}
+
+    def frozen_blocks(self, rnd: int) -> set[str]:
+        return {"head"}  # the random global head of FedBABU, never trained nor sent
+
+    def recipe(self, rnd: int, client: int) -> Recipe:
+        reg = LossTerm(
+            "orthogonality",
+            functools.partial(orthogonality, keys=self.conv_u),
+            weight=self.options.lam,
+        )
+        return Recipe(phases=(Phase(loss_terms=(reg,)),), objective=two_heads)
+
+    # ------------------------------------------------------------ server → client
+    def received(self, client: int, state: State | None = None) -> State:
+        """``M_0``: the server's θ_u and biases, the global head and the hyper-network's θ_v and
+        local head, at the client's width (``state``: the sliced store tensors, if at hand)."""
+        index = self.index_sets(self._round, client)
+        if state is None:
+            state = WidthSliced.eval_state(self, client)
+        if self.hn is None:
+            return state
+        return {**state, **self.hn.generate([client], [index])[0]}
+
+    def start_state(self, rnd: int, client: int) -> State:
+        return self.received(client, super().start_state(rnd, client))
+
+    def local_update(self, rnd: int, client: int) -> Any:
+        start = self.start_state(rnd, client)
+        result = self.sim.train(rnd, client, start)
+        self._test[client] = self.test_model(client, start, result.state)
+        return result
+
+    def test_model(self, client: int, received: State, trained: State) -> State:
+        """Alg. 1: fuse ``M_0`` (global head) and ``M_1`` (its local head) on the client's
+        validation split (its training split when it has none)."""
+        m1 = {**trained, "head.weight": trained["local_head.weight"]}
+        m1["head.bias"] = trained["local_head.bias"]
+        mode = self.options.test_model
+        if mode != "search":
+            return received if mode == "received" else m1
+        split = self.sim.data.clients[client]
+        index = split.val if split.val.numel() else split.train
+        alpha, state = line_search(
+            self.model_for(client),
+            received,
+            m1,
+            self.sim.data,
+            index,
+            self.options.line_search,
+            self.sim.cfg.engine.eval_batch_size,
+        )
+        self._alphas.append(alpha)
+        return state
+
+    # ------------------------------------------------------------ aggregation
+    def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        if not uploads:
+            return
+        clients = sorted(uploads)
+        index = [self.index_sets(self._trained_round.get(c, rnd), c) for c in clients]
+        store = self.sim.store
+        general = [k for k in uploads[clients[0]] if store.model.block_of(k) == "general"]
+        # Eq. (6): a uniform average over the participants (biases over those holding them)
+        ones = [1.0] * len(clients)
+        subs = [uploads[c] for c in clients]
+        store.global_state.update(holder_average(store.global_state, subs, index, ones, general))
+        if self.hn is not None:
+            keys = list(self.hn.shapes)
+            targets = [{k: uploads[c][k] for k in keys} for c in clients]
+            self._hn_loss = hypernetwork_step(self.hn, clients, targets, index, self.options.hn_lr)
+
+    # ------------------------------------------------------------ evaluation
+    def eval_state(self, client: int) -> State:
+        """The client's test model; ``M_0`` for a client that never trained."""
+        test = self._test.get(client)
+        return test if test is not None else self.received(client)
+
+    def received_state(self, rnd: int, client: int) -> State:
+        return self.received(client)
+
+    def round_metrics(self) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        if self._hn_loss is not None:
+            row["hn_loss"] = self._hn_loss
+        if self._alphas:
+            row["alpha_mean"] = sum(self._alphas) / len(self._alphas)
+        self._alphas = []
+        return row
+
+    def summary_values(self) -> dict[str, Any]:
+        if self.hn is None:
+            return {}
+        tau = self.hn.tau.detach().tolist()
+        return {"tau": dict(zip(self.hn.layer_names, tau, strict=True))}
+
+    # ------------------------------------------------------------ checkpoints
+    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors, values = super().extra_state()
+        tensors = {**tensors, **pack_clients("test", self._test)}
+        if self.hn is not None:
+            tensors.update({f"hn/{k}": v.detach() for k, v in self.hn.state_dict().items()})
+        return tensors, {**values, "hn_loss": self._hn_loss}
+
+    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        super().load_extra_state(tensors, values)
+        self._test = unpack_clients("test", tensors)
+        self._hn_loss = values.get("hn_loss")
+        if self.hn is not None:
+            hn = {k[3:]: v for k, v in tensors.items() if k.startswith("hn/")}
+            self.hn.load_state_dict(hn)

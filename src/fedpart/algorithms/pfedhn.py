@@ -1,0 +1,93 @@
+"""pFedHN (Shamsian et al., ICML 2021): a server hyper-network generates each client's model."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from fedpart.algorithms.base import Algorithm
+from fedpart.algorithms.registry import register
+from fedpart.engine.hypernetwork import HyperNetwork, hypernetwork_seed, hypernetwork_step
+from fedpart.errors import ConfigError
+
+State = dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass
+class PFedHNOptions:
+    embed_dim: int = dataclasses.field(default=5, metadata={"doc": "client-embedding size"})
+    hidden_dim: int = dataclasses.field(default=100, metadata={"doc": "hyper-network hidden size"})
+    hidden_layers: int = dataclasses.field(
+        default=2, metadata={"doc": "hidden layers of the encoder after its first linear layer"}
+    )
+    hn_lr: float = dataclasses.field(
+        default=0.1, metadata={"doc": "hyper-network learning rate (one SGD step per round)"}
+    )
+
+    def check(self) -> None:
+        for name in ("embed_dim", "hidden_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"algorithm.{name}", f"must be >= 1, got {getattr(self, name)}")
+        if self.hidden_layers < 0:
+            raise ConfigError("algorithm.hidden_layers", f"must be >= 0, got {self.hidden_layers}")
+        if self.hn_lr < 0:
+            raise ConfigError("algorithm.hn_lr", f"must be >= 0, got {self.hn_lr}")
+
+
+@register
+class PFedHN(Algorithm):
+    """Each round the server generates θ_i = h(φ, e_i) for every participant, which trains it
+    locally and returns it; the server takes one SGD step on (φ, e) of
+    ``(1/m) Σ_i ½‖h(φ, e_i) − θ_i^trained‖²`` (the pFedHN rule, shared with Pa3dFL through
+    ``engine.hypernetwork``). A client is evaluated with the model generated for it.
+    Capacity-unaware: every client trains the model cut to ``p_min``. ``docs/methods/pfedhn.md``."""
+
+    name = "pfedhn"
+    summary = "A server hyper-network generates each client's whole model (pFedHN rule)."
+    Options = PFedHNOptions
+    backends = ("sequential",)
+    has_global_model = False  # the server holds a hyper-network, not a model
+
+    def setup(self) -> None:
+        o = self.options
+        state = self.sim.store.global_state
+        keys = [k for k, _ in self.sim.model.named_parameters()]
+        self.hn = HyperNetwork(
+            self.sim.data.num_clients,
+            {k: state[k].shape for k in keys},
+            embed_dim=o.embed_dim,
+            hidden_dim=o.hidden_dim,
+            depth=o.hidden_layers + 1,
+            attention=False,
+            init={k: state[k] for k in keys},
+            seed=hypernetwork_seed(self.sim.cfg.seed),
+        ).to(self.sim.device)
+        self._hn_loss: float | None = None
+
+    def personal_keys(self) -> set[str]:
+        # buffers (BatchNorm statistics) are not generated: they stay on their client
+        return {k for k, _ in self.sim.model.named_buffers()} | super().personal_keys()
+
+    def start_state(self, rnd: int, client: int) -> State:
+        return {**self.sim.store.client_state(client), **self.hn.generate([client])[0]}
+
+    def eval_state(self, client: int) -> State:
+        return self.start_state(0, client)
+
+    def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        clients = sorted(uploads)
+        targets = [{k: uploads[c][k] for k in self.hn.shapes} for c in clients]
+        self._hn_loss = hypernetwork_step(self.hn, clients, targets, None, self.options.hn_lr)
+
+    def round_metrics(self) -> dict[str, Any]:
+        return {} if self._hn_loss is None else {"hn_loss": self._hn_loss}
+
+    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors = {f"hn/{k}": v.detach() for k, v in self.hn.state_dict().items()}
+        return tensors, {"hn_loss": self._hn_loss}
+
+    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        self.hn.load_state_dict({k[3:]: v for k, v in tensors.items() if k.startswith("hn/")})
+        self._hn_loss = values.get("hn_loss")
