@@ -70,6 +70,8 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
         "40",
         "--scale-min-size",
         "5",
+        "--workers",
+        "2",
         "--out",
         str(out),
     ]
@@ -81,7 +83,8 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
     tables = _tables(report)
 
     rows = {r["variant"]: r for r in tables["fedper"]}
-    assert list(rows) == ["naive", "sequential", "batched", "ceiling"]
+    assert list(rows) == ["naive", "sequential", "batched", "processes x2", "ceiling"]
+    assert "processes x2: end-to-end" in report and "parallel efficiency" in report
     for row in rows.values():
         assert list(row) == harness.COLUMNS
         for col in (
@@ -119,6 +122,7 @@ def test_bench_reports_batchnorm_as_not_batchable(tmp_path):
     write_mnist_fixture(tmp_path, n_train=240, n_test=60)
     opts = harness.parse_args(
         ["--data-root", str(tmp_path), "--clients", "4", "--min-size", "20", "--repeats", "1"]
+        + ["--workers", "0"]
         + ["--workloads", "lenet5"]
     )
     (result,) = harness.run_bench(opts)

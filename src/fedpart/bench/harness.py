@@ -145,6 +145,8 @@ class BenchOptions:
     seed: int = 0
     out: str | None = None
     argv: list[str] = field(default_factory=list)
+    #: worker counts of the process-backend variants (one variant per count)
+    workers: list[int] = field(default_factory=list)
 
     def resolved_root(self) -> str:
         if self.data_root:
@@ -165,8 +167,9 @@ class BenchOptions:
         return default if value is None else value
 
 
-def workload_config(w: Workload, opts: BenchOptions, backend: str) -> Config:
-    """The :class:`Config` of a workload (the fedseqlayer protocol plus the workload's changes)."""
+def workload_config(w: Workload, opts: BenchOptions, backend: str, workers: int = 0) -> Config:
+    """The :class:`Config` of a workload (the fedseqlayer protocol plus the workload's changes);
+    the process backend runs ``workers`` workers of one thread each."""
     clients, min_size = opts.partition(w.scale)
     model: dict[str, Any] = {"name": w.model}
     if opts.dataset == "digits" and w.model == "fedavgcnn":
@@ -190,7 +193,11 @@ def workload_config(w: Workload, opts: BenchOptions, backend: str) -> Config:
             "model": model,
             "algorithm": dict(w.algorithm),
             "federation": {**FEDSEQLAYER, **w.federation, "rounds": 1 + opts.repeats},
-            "engine": {"backend": backend, "threads": opts.threads},
+            "engine": (
+                {"backend": backend, "threads": 1, "workers": workers}
+                if backend == "processes"
+                else {"backend": backend, "threads": opts.threads}
+            ),
             "output": {"checkpoint_every": 0},
         }
     )
@@ -533,8 +540,8 @@ def run_workload(
     def naive() -> Runner:
         return NaiveRunner(cfg, data)
 
-    def engine(backend: str) -> Callable[[], Runner]:
-        return lambda: EngineRunner(workload_config(w, opts, backend), data)
+    def engine(backend: str, workers: int = 0) -> Callable[[], Runner]:
+        return lambda: EngineRunner(workload_config(w, opts, backend, workers), data)
 
     def ceiling() -> Runner:
         return CeilingRunner(cfg, data, ceiling_batch, planned)
@@ -545,6 +552,12 @@ def run_workload(
     ]
     why = batched_unavailable(cfg, data)
     plan.append(("batched", None if why else engine("batched"), why))
+    from fedpart.algorithms import ALGORITHMS
+
+    parallel = "processes" in ALGORITHMS[cfg.algorithm.name].backends
+    for n in opts.workers:
+        why_not = None if parallel else "the method has its own local update"
+        plan.append((f"processes x{n}", engine("processes", n) if parallel else None, why_not))
     plan.append(("ceiling", ceiling, None))
     runnable = [(variant, make) for variant, make, _ in plan if make is not None]
     log(f"[bench] {w.name}: {', '.join(v for v, _ in runnable)} (interleaved rounds) ...")
@@ -552,9 +565,10 @@ def run_workload(
     for variant, make, na in plan:
         if make is None:
             result.variants.append(VariantResult(variant, na=f"n/a ({na})"))
-            result.notes.append(
-                f"batched: n/a ({na}); `engine.backend=auto` runs this workload sequentially."
-            )
+            if variant == "batched":
+                result.notes.append(
+                    f"batched: n/a ({na}); `engine.backend=auto` runs this workload sequentially."
+                )
             continue
         v = measured[variant]
         log(
@@ -562,11 +576,31 @@ def run_workload(
             f"train {v.train_s:.3f} s, end-to-end {v.end_to_end_s:.3f} s"
         )
         result.variants.append(v)
+    result.notes += parallel_efficiency(result.variants)
     counts = {v.variant: v.samples_per_round for v in result.variants if v.na is None}
     if len(set(counts.values())) > 1:
         shown = ", ".join(f"{k} {c:,.0f}" for k, c in counts.items())
         result.notes.append(f"WARNING: the variants trained different sample counts: {shown}")
     return result
+
+
+def parallel_efficiency(variants: Sequence[VariantResult]) -> list[str]:
+    """One note per process-backend variant: its end-to-end speed-up over the sequential variant
+    and the parallel efficiency (speed-up / workers). Worker processes' memory is not in the
+    memory columns, which measure this (the driver) process."""
+    by = {v.variant: v for v in variants if v.na is None}
+    seq = by.get("sequential")
+    notes = []
+    for name, v in by.items():
+        if not name.startswith("processes x") or seq is None or not v.end_to_end_s:
+            continue
+        n = int(name.rsplit("x", 1)[1])
+        speedup = seq.end_to_end_s / v.end_to_end_s
+        notes.append(
+            f"{name}: end-to-end {speedup:.2f}x the sequential variant, parallel efficiency "
+            f"{speedup / n:.0%} (memory columns: the driver process only)"
+        )
+    return notes
 
 
 def run_scale(w: Workload, opts: BenchOptions, cache: DataCache, log: Callable) -> WorkloadResult:
@@ -888,6 +922,13 @@ def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
         default=None,
         help="min_size of scale1000 (default 0: Dir(0.1) over 1,000 MNIST clients cannot give every client even 1 sample; digits 2)",
     )
+    p.add_argument(
+        "--workers",
+        type=_worker_list,
+        default=None,
+        help="worker counts of the process-backend variants, comma-separated (default: the "
+        "number of cores when more than one; 0 or empty: none)",
+    )
     p.add_argument("--seed", type=_non_negative, default=0, help="run seed (default 0)")
     p.add_argument("--out", default=None, help="also write the markdown report to this file")
     return p
@@ -908,7 +949,29 @@ def parse_args(argv: Sequence[str]) -> BenchOptions:
         seed=args.seed,
         out=args.out,
         argv=list(argv),
+        workers=_default_workers() if args.workers is None else args.workers,
     )
+
+
+def _default_workers() -> list[int]:
+    from fedpart.engine.parallel import default_workers
+
+    cores = default_workers()
+    return [cores] if cores > 1 else []
+
+
+def _worker_list(text: str) -> list[int]:
+    if text.strip() in ("", "0"):
+        return []
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected worker counts like 2 or 1,2,4, got {text!r}"
+        ) from None
+    if any(n < 1 for n in counts):
+        raise argparse.ArgumentTypeError(f"worker counts must be >= 1, got {text!r}")
+    return counts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
