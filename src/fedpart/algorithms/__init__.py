@@ -18,11 +18,13 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     fedrod,
     fedrolex,
     fedseqlayer,
+    fjord,
     heterofl,
     lgfedavg,
     local,
     osgp,
     pfedsim,
+    tailorfl,
     uapdfl,
 )
 from fedpart.algorithms.base import Algorithm

@@ -98,7 +98,12 @@ class WidthSliced(Algorithm):
     def model_for(self, client: int) -> Any:
         if self.whole(client):
             return self.sim.model
-        p = self.width(client)
+        return self.model_at(self.width(client))
+
+    def model_at(self, p: float) -> Any:
+        """The module of width ``p`` (one cached per width; the run's model at ``p = 1``)."""
+        if p >= 1.0:
+            return self.sim.model
         if p not in self._models:
             model = narrow_model(self.sim.model, p)
             if self.scaled():

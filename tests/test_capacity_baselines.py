@@ -1,0 +1,133 @@
+"""The capacity baselines of Pa3dFL: Fjord, FLANC, TailorFL, pFedGate, and ``fedpart cost``."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedpart.cli import main
+from fedpart.config import Config
+from fedpart.engine.mixing import tensor_bytes
+from fedpart.engine.simulation import Simulation
+from fedpart.models.width import kept_count
+from resume_check import assert_resume_bit_identical
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+
+
+def _cfg(tiny_cfg, algorithm, rounds=1, options=None, **federation):
+    fed = {**tiny_cfg["federation"], "rounds": rounds, "capacity": "uniform", **federation}
+    return {**tiny_cfg, "algorithm": {"name": algorithm, **(options or {})}, "federation": fed}
+
+
+def _sim(tiny_cfg, algorithm, **kw):
+    return Simulation(Config.from_dict(_cfg(tiny_cfg, algorithm, **kw)))
+
+
+# ------------------------------------------------------------------------------ Fjord
+def test_fjord_widths_never_exceed_the_clients_and_lie_on_the_grid(tiny_cfg):
+    sim = _sim(tiny_cfg, "fjord")
+    algo = sim.algorithm
+    grid = {k / 16 for k in range(1, 17)}
+    for client in range(6):
+        p_i = algo.width(client)
+        sim.train(0, client, algo.start_state(0, client))
+        assert algo.sampled, "one width per local step"
+        assert all(p <= p_i + 1e-12 and p in grid for p in algo.sampled)
+    # a wide client draws several widths over its steps
+    wide = max(range(6), key=algo.width)
+    sim.train(1, wide, algo.start_state(1, wide))
+    assert len(set(algo.sampled)) > 1
+
+
+def test_fjord_distillation_vanishes_at_the_largest_width(tiny_cfg):
+    from fedpart.algorithms.fjord import distillation, ordered_dropout_loss
+
+    sim = _sim(tiny_cfg, "fjord")
+    algo = sim.algorithm
+    logits = torch.randn(5, 10)
+    assert float(distillation(logits, logits, 2.0)) == pytest.approx(0.0, abs=1e-7)
+    assert float(distillation(logits, torch.randn(5, 10), 2.0)) > 0
+    client = max(range(6), key=algo.width)
+    p_i = algo.width(client)
+    model = algo.model_for(client)
+    state = algo.start_state(0, client)
+    x = torch.randn(4, 64)
+    y = torch.tensor([0, 1, 2, 3])
+    draws = torch.Generator().manual_seed(0)
+    loss = ordered_dropout_loss(algo, p_i, [p_i], draws, model, state, x, y)
+    from torch.func import functional_call
+
+    assert torch.equal(loss, F.cross_entropy(functional_call(model, state, (x,)), y))
+
+
+# ------------------------------------------------------------------------------ TailorFL
+def test_tailorfl_filters_fit_the_width_and_differ_across_clients(tiny_cfg):
+    values = [0.25, 0.25, 0.25, 0.25, 0.25, 1.0]  # five clients of width 1/2
+    tiny_cfg["model"]["hidden"] = [32, 32]  # fc1 shared (largest norms), fc2 personal
+    sim = _sim(tiny_cfg, "tailorfl", capacity="list", capacity_values=values)
+    algo = sim.algorithm
+    shared = [algo.filters(c)["fc1"] for c in range(5)]
+    assert all(torch.equal(s, shared[0]) for s in shared)
+    sets = [algo.filters(c)["fc2"] for c in range(6)]
+    for c in range(5):
+        assert sets[c].numel() == kept_count(32, 0.5)
+        assert sets[c].unique().numel() == sets[c].numel()
+    assert sets[5].tolist() == list(range(32))
+    assert len({tuple(s.tolist()) for s in sets[:5]}) > 1, "personal filters differ"
+    before = [s.clone() for s in sets]
+    sim.run_round(0)
+    after = [algo.filters(c)["fc2"] for c in range(6)]
+    assert all(a.numel() == b.numel() for a, b in zip(after, before, strict=True))
+    # the client's slice is exactly its filters: its submodel's rows are those of the server
+    index = algo.index_sets(1, 0)
+    assert torch.equal(index["fc2.weight"][0], after[0])
+    assert torch.equal(index["classifier.weight"][1], after[0])
+    assert torch.equal(index["fc2.weight"][1], algo.filters(0)["fc1"])
+
+
+def test_tailorfl_filter_exchange_moves_towards_similar_clients():
+    from fedpart.algorithms.tailorfl import exchange_filters
+
+    member = torch.tensor([[1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]], dtype=torch.float64)
+    corr = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    row = exchange_filters(member, corr, 0, limit=1)
+    assert row.sum() == 2 and (row * member[1]).sum() == 1  # one filter swapped in
+    assert torch.equal(exchange_filters(member, corr, 0, limit=0), member[0])
+
+
+# ------------------------------------------------------------------------------ all of them
+@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl"])
+def test_a_client_never_receives_more_than_its_width(tiny_cfg, algorithm):
+    sim = _sim(tiny_cfg, algorithm)
+    algo = sim.algorithm
+    keys = algo.download_keys(0)
+    full = tensor_bytes(sim.store.global_state)
+    for c in range(6):
+        own = tensor_bytes(algo.model_for(c).state_dict())
+        assert algo.download_bytes(0, c, keys) <= own
+        if algo.width(c) < 1:
+            assert own < full
+
+
+def test_tailorfl_resume_is_bit_identical(tiny_cfg, tmp_path):
+    assert_resume_bit_identical(_cfg(tiny_cfg, "tailorfl"), tmp_path)
+
+
+@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl"])
+def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "run",
+        str(QUICKSTART),
+        f"algorithm.name={algorithm}",
+        "federation.capacity=uniform",
+        "federation.rounds=2",
+        f"output.dir={tmp_path / 'run'}",
+        "--quiet",
+    ]
+    assert main(args) in (0, None)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["accuracy"]["final"] is not None
