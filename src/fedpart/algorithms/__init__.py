@@ -23,6 +23,8 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     lgfedavg,
     local,
     osgp,
+    pa3dfl,
+    pfedhn,
     pfedsim,
     tailorfl,
     uapdfl,

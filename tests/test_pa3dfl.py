@@ -1,0 +1,243 @@
+"""Pa3dFL and pFedHN: decomposed shapes, the hyper-network, the test-model line search, bytes
+per width, resume and the quick start."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedpart.algorithms.pa3dfl import block_p_min, factorized_model, line_search
+from fedpart.cli import main
+from fedpart.config import Config
+from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.hypernetwork import HyperNetwork, hypernetwork_step
+from fedpart.engine.mixing import tensor_bytes
+from fedpart.engine.simulation import Simulation
+from fedpart.errors import ConfigError
+from fedpart.models.cnn import Pa3dFLCNN
+from resume_check import assert_resume_bit_identical
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+
+# spec §3.5: (|θ_u| shape, |θ_v| numel) per layer, p_min = 1/16
+SHAPES = {
+    "fmnist": (
+        (1, 28, 28),
+        {"conv1": ((50, 25), 400), "conv2": ((100, 32), 16384)}
+        | {"fc1": ((32, 32), 1605632), "fc2": ((8, 8), 65536)},
+    ),
+    "cifar100": (
+        (3, 32, 32),
+        {"conv1": ((100, 25), 1200), "conv2": ((100, 64), 65536)}
+        | {"fc1": ((24, 24), 614400), "fc2": ((12, 12), 73728)},
+    ),
+}
+
+
+def _cfg(tiny_cfg, algorithm="pa3dfl", rounds=1, options=None, **federation):
+    return {
+        **tiny_cfg,
+        "partition": {**tiny_cfg["partition"], "split": [0.6, 0.2, 0.2]},
+        "model": {"name": "fedavgcnn", "padding": 2, "width": 4},
+        "algorithm": {"name": algorithm, **(options or {})},
+        "federation": {
+            **tiny_cfg["federation"],
+            "rounds": rounds,
+            "momentum": 0.0,
+            "capacity": "uniform",
+            **federation,
+        },
+    }
+
+
+@pytest.mark.parametrize("variant", sorted(SHAPES))
+def test_general_and_personal_shapes_are_the_spec_tables(variant):
+    shape, layers = SHAPES[variant]
+    classes = 10 if variant == "fmnist" else 100
+    model = factorized_model(Pa3dFLCNN(classes, shape, variant=variant), shape, 1 / 16, "pa3dfl")
+    state = model.state_dict()
+    for name, (u_shape, v_numel) in layers.items():
+        assert tuple(state[f"general.{name}_u"].shape) == u_shape
+        assert state[f"personal.{name}_v"].numel() == v_numel
+    assert state["head.weight"].shape == state["local_head.weight"].shape
+    assert model.personal_keys() == [f"personal.{n}_v" for n in layers]
+
+
+def test_block_p_min_is_the_smallest_width_that_tiles_all():
+    assert block_p_min([1 / 16, 0.5, 1.0]) == 1 / 16
+    assert block_p_min([0.5, 0.75]) == 0.25
+    assert block_p_min([1.0, 1.0]) == 1.0
+
+
+def _hn(num_clients, attention, seed=0):
+    targets = {"a.weight": (4, 3), "a.bias": (4,), "b.v": (2, 5)}
+    init = {
+        k: torch.randn(s, generator=torch.Generator().manual_seed(1)) for k, s in targets.items()
+    }
+    return HyperNetwork(
+        num_clients,
+        targets,
+        embed_dim=6,
+        hidden_dim=8,
+        depth=3,
+        attention=attention,
+        layers={"a.weight": "a", "a.bias": "a", "b.v": "b"},
+        init=init,
+        seed=seed,
+    )
+
+
+def test_attention_weights_of_each_client_sum_to_one(tiny_cfg):
+    hn = _hn(7, attention=True)
+    with torch.no_grad():
+        hn.log_tau.copy_(torch.tensor([-1.0, 2.0]))  # two different temperatures
+    w = hn.attention_weights([0, 3, 6])
+    assert w.shape == (2, 3, 7)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 3))
+    assert (w > 0).all() and not torch.allclose(w[0], w[1])
+    # and the method's own hyper-network: one temperature per decomposed layer and the local head
+    sim = Simulation(Config.from_dict(_cfg(tiny_cfg)))
+    hn = sim.algorithm.hn
+    assert hn.layer_names == ["conv1", "conv2", "fc1", "local_head"]
+    assert torch.allclose(hn.attention_weights(range(6)).sum(-1), torch.ones(4, 6))
+
+
+def test_single_client_attention_is_identity_and_the_update_is_pfedhns():
+    with_attention, plain = _hn(1, attention=True), _hn(1, attention=False)
+    assert torch.equal(with_attention.attention_weights([0]), torch.ones(2, 1, 1))
+    a, b = with_attention([0]), plain([0])
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    trained = [{k: v[0].detach() + 0.1 for k, v in b.items()}]
+    for hn in (with_attention, plain):
+        hypernetwork_step(hn, [0], trained, None, lr=0.5)
+    sa, sb = with_attention.state_dict(), plain.state_dict()
+    assert all(torch.allclose(sa[k], sb[k], atol=1e-7) for k in sb)
+    # pFedHN's rule written out: φ ← φ − lr · (∂h/∂φ)ᵀ (h − θ)
+    ref = _hn(1, attention=False)
+    out = ref([0])
+    params = [p for p in ref.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(
+        [out[k] for k in out], params, [out[k] - trained[0][k] for k in out]
+    )
+    expected = [p.detach() - 0.5 * g for p, g in zip(params, grads, strict=True)]
+    got = [p for p in plain.parameters() if p.requires_grad]
+    assert all(torch.allclose(e, g, atol=1e-7) for e, g in zip(expected, got, strict=True))
+
+
+def test_hn_step_reaches_unsampled_embeddings_only_through_attention():
+    for attention in (True, False):
+        hn = _hn(4, attention=attention)
+        before = hn.embeddings.detach().clone()
+        out = hn([1])
+        trained = [{k: v[0].detach() + 1.0 for k, v in out.items()}]
+        hypernetwork_step(hn, [1], trained, None, lr=0.1)
+        moved = (hn.embeddings.detach() != before).any(1)
+        assert moved[1]
+        assert bool(moved[[0, 2, 3]].all()) == attention
+
+
+def test_line_search_is_at_least_as_good_as_both_ends(tiny_cfg):
+    sim = Simulation(Config.from_dict(_cfg(tiny_cfg)))
+    algo = sim.algorithm
+    algo.download_keys(0)
+    client = max(range(6), key=lambda c: sim.data.clients[c].val.numel())
+    received = algo.start_state(0, client)
+    trained = sim.train(0, client, received).state
+    m1 = {**trained, "head.weight": trained["local_head.weight"]}
+    m1["head.bias"] = trained["local_head.bias"]
+    model = algo.model_for(client)
+    val = sim.data.clients[client].val
+
+    def score(state):
+        ok, losses = evaluate_samples(model, state, sim.data, val, 256)
+        return float(ok.double().mean()), -float(losses.double().mean())
+
+    alpha, chosen = line_search(model, received, m1, sim.data, val, 10, 256)
+    assert 0.0 <= alpha <= 1.0
+    assert score(chosen) >= score(received) and score(chosen) >= score(m1)
+
+
+def test_a_client_never_receives_more_than_its_width(tiny_cfg):
+    sim = Simulation(Config.from_dict(_cfg(tiny_cfg)))
+    algo = sim.algorithm
+    keys = algo.download_keys(0)
+    full = tensor_bytes({k: sim.store.global_state[k] for k in keys})
+    assert not any(k.startswith("head.") for k in keys)  # the frozen global head is never sent
+    for c in range(6):
+        narrow = {k: v for k, v in algo.model_for(c).state_dict().items() if k in keys}
+        assert algo.download_bytes(0, c, keys) == tensor_bytes(narrow)
+        start = algo.start_state(0, c)
+        assert all(start[k].shape == narrow[k].shape for k in keys)
+        if algo.width(c) < 1:
+            assert tensor_bytes(narrow) < full
+    row = sim.run_round(0)
+    assert 0 < row["up_bytes"] == row["down_bytes"]
+
+
+def test_general_parameters_are_averaged_uniformly(tiny_cfg):
+    sim = Simulation(Config.from_dict(_cfg(tiny_cfg, join_ratio=1.0)))
+    algo = sim.algorithm
+    algo.download_keys(0)
+    results = {c: algo.local_update(0, c) for c in range(6)}
+    uploads = {c: algo.upload(0, c, r.state) for c, r in results.items()}
+    algo.aggregate(0, uploads, {c: float(c + 1) for c in range(6)})  # data weights are ignored
+    key = "general.conv2_u"
+    mean = torch.stack([uploads[c][key] for c in range(6)]).mean(0)
+    assert torch.allclose(sim.store.global_state[key], mean, atol=1e-6)
+
+
+def test_resume_is_bit_identical(tiny_cfg, tmp_path):
+    tensors = assert_resume_bit_identical(_cfg(tiny_cfg), tmp_path)
+    assert any(k.startswith("extra/hn/") for k in tensors)
+    assert any(k.startswith("extra/test/") for k in tensors)
+
+
+@pytest.mark.parametrize(
+    "options", [{"hn_aggregation": False}, {"decomposition": "flanc"}, {"test_model": "trained"}]
+)
+def test_ablations_run(tiny_cfg, options):
+    sim = Simulation(Config.from_dict(_cfg(tiny_cfg, options=options)))
+    result = sim.run()
+    assert result.metrics[-1]["accuracy"] is not None
+    if options.get("hn_aggregation") is False:  # θ_v and the local head stay on the clients
+        assert sim.algorithm.hn is None
+        assert sim.store.personal and "personal.fc1_v" in sim.store.personal_keys
+
+
+def test_pfedhn_trains_the_p_min_model_and_evaluates_generated_models(tiny_cfg):
+    sim = Simulation(Config.from_dict(_cfg(tiny_cfg, "pfedhn", join_ratio=1.0)))
+    algo = sim.algorithm
+    assert sim.model.state_dict()["conv1.weight"].shape[0] == 1  # 8 channels at p_min = 1/16
+    before = {k: v.clone() for k, v in algo.hn.state_dict().items()}
+    row = sim.run_round(0)
+    assert row["up_bytes"] == row["down_bytes"] == 6 * tensor_bytes(sim.store.global_state)
+    assert any(not torch.equal(before[k], v) for k, v in algo.hn.state_dict().items())
+    generated = algo.hn.generate([2])[0]
+    assert all(torch.equal(algo.eval_state(2)[k], v) for k, v in generated.items())
+
+
+def test_unsupported_model_and_bad_options_are_one_line_errors(tiny_cfg):
+    with pytest.raises(ConfigError, match="model.name"):
+        Simulation(Config.from_dict({**_cfg(tiny_cfg), "model": {"name": "mlp"}}))
+    with pytest.raises(ConfigError, match="algorithm.decomposition"):
+        Simulation(Config.from_dict(_cfg(tiny_cfg, options={"decomposition": "svd"})))
+
+
+@pytest.mark.parametrize("algorithm", ["pa3dfl", "pfedhn"])
+def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        [
+            "run",
+            str(QUICKSTART),
+            f"algorithm.name={algorithm}",
+            "federation.capacity=uniform",
+            "federation.rounds=2",
+            f"output.dir={tmp_path / 'run'}",
+            "--quiet",
+        ]
+    )
+    assert code in (0, None)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["rounds_completed"] == 2
