@@ -98,10 +98,69 @@ def test_tailorfl_filter_exchange_moves_towards_similar_clients():
     assert torch.equal(exchange_filters(member, corr, 0, limit=0), member[0])
 
 
+# ------------------------------------------------------------------------------ FLANC
+def _cnn_cfg(tiny_cfg, algorithm, values, **kw):
+    cfg = _cfg(tiny_cfg, algorithm, capacity="list", capacity_values=values, join_ratio=1.0, **kw)
+    cfg["model"] = {"name": "fedavgcnn", "padding": 2, "width": 4}
+    return cfg
+
+
+def test_flanc_basis_is_shared_by_all_and_coefficients_by_width(tiny_cfg):
+    values = [0.25, 0.25, 1.0, 1.0, 0.01, 0.01]  # widths 1/2, 1/2, 1, 1, 1/16, 1/16
+    sim = Simulation(Config.from_dict(_cnn_cfg(tiny_cfg, "flanc", values)))
+    algo = sim.algorithm
+    basis = list(algo.basis)
+    assert basis and all(k.endswith("_u") for k in basis)
+    seen = {}
+    aggregate = algo.aggregate
+
+    def spy(rnd, uploads, weights):
+        seen.update(uploads=uploads, weights=weights)
+        aggregate(rnd, uploads, weights)
+
+    algo.aggregate = spy
+    sim.run_round(0)
+    uploads, weights = seen["uploads"], seen["weights"]
+    states = [algo.start_state(1, c) for c in range(6)]
+    for k in basis:  # θ_u: one tensor for every client, the average of all uploads
+        assert all(torch.equal(s[k], states[0][k]) for s in states)
+        mean = sum(weights[c] * uploads[c][k].double() for c in range(6)) / sum(weights.values())
+        assert torch.allclose(states[0][k].double(), mean, atol=1e-6)
+    v = "personal.fc1_v"
+    for a, b in ((0, 1), (2, 3), (4, 5)):  # θ_v: shared within a width group ...
+        assert torch.equal(states[a][v], states[b][v])
+        mean = (weights[a] * uploads[a][v] + weights[b] * uploads[b][v]) / (weights[a] + weights[b])
+        assert torch.allclose(states[a][v], mean.float(), atol=1e-6)
+    # ... and not across groups: the narrow group's coefficients are not the wide one's slice
+    narrow = states[0][v]
+    sliced = algo.index_sets(1, 0)[v][1]
+    assert not torch.allclose(states[2][v][:, sliced], narrow)
+
+
+def test_flanc_on_the_paper_cnn_is_the_cost_tables_flanc_model():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fedpart.algorithms.flanc import FLANC, FLANCOptions
+    from fedpart.engine.width_cost import client_model
+    from fedpart.models import Pa3dFLCNN
+
+    sim = SimpleNamespace(
+        capacity=SimpleNamespace(width=np.array([1 / 16, 1 / 2, 1.0])),
+        data=SimpleNamespace(bundle=SimpleNamespace(input_shape=(1, 28, 28))),
+    )
+    model = FLANC(FLANCOptions(), sim).wrap_model(Pa3dFLCNN(10, (1, 28, 28), variant="fmnist"))
+    ours = {k: v.shape for k, v in model.state_dict().items()}
+    table = client_model("flanc", 1.0, variant="fmnist").state_dict()
+    assert ours == {k: v.shape for k, v in table.items()}
+
+
 # ------------------------------------------------------------------------------ all of them
-@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl"])
+@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl", "flanc"])
 def test_a_client_never_receives_more_than_its_width(tiny_cfg, algorithm):
-    sim = _sim(tiny_cfg, algorithm)
+    cfg = _cnn_cfg(tiny_cfg, algorithm, [0.01, 0.05, 0.25, 0.5, 0.8, 1.0])
+    sim = Simulation(Config.from_dict(cfg))
     algo = sim.algorithm
     keys = algo.download_keys(0)
     full = tensor_bytes(sim.store.global_state)
@@ -116,7 +175,7 @@ def test_tailorfl_resume_is_bit_identical(tiny_cfg, tmp_path):
     assert_resume_bit_identical(_cfg(tiny_cfg, "tailorfl"), tmp_path)
 
 
-@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl"])
+@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl", "flanc"])
 def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = [

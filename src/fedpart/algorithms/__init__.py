@@ -19,6 +19,7 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     fedrolex,
     fedseqlayer,
     fjord,
+    flanc,
     heterofl,
     lgfedavg,
     local,
