@@ -156,6 +156,59 @@ def test_flanc_on_the_paper_cnn_is_the_cost_tables_flanc_model():
     assert ours == {k: v.shape for k, v in table.items()}
 
 
+# ------------------------------------------------------------------------------ pFedGate
+@pytest.mark.parametrize("sparsity", [0.05, 0.3, 0.7])
+def test_pfedgate_masks_respect_the_sparsity_and_are_block_sparse(sparsity):
+    from fedpart.models import MLP
+    from fedpart.models.gated import GatedModel
+
+    torch.manual_seed(0)
+    model = GatedModel(MLP(10, (64,), hidden=[32, 16]), (64,), blocks=5, sparsity=sparsity)
+    torch.nn.init.normal_(model.gate.weight, std=0.5)
+    x = torch.randn(8, 64)
+    m = model.mask(x)
+    assert m.shape == (model.num_blocks,) == (6 * 5,)  # 3 layers × (weight, bias) × B
+    kept = m > 0
+    assert 0 < float(model._sizes[kept].sum()) <= sparsity * float(model._sizes.sum())
+    gated = model.gated_parameters(m)
+    for name, p in model.net.named_parameters():
+        rows = model._rows[name]
+        for b in rows.unique():
+            ratio = gated[name][rows == b] / p[rows == b]
+            if kept[b]:  # a kept block is the model's block times its score
+                assert torch.allclose(ratio, m[b].expand_as(ratio))
+            else:  # a dropped block is zero as a whole
+                assert torch.all(gated[name][rows == b] == 0)
+    # the scores are batch-level and trained through the kept blocks
+    loss = F.cross_entropy(model(x), torch.arange(8) % 10)
+    (grad,) = torch.autograd.grad(loss, [model.gate.weight])
+    assert grad.abs().sum() > 0
+
+
+def test_pfedgate_at_full_sparsity_starts_as_the_global_model():
+    from fedpart.models import MLP
+    from fedpart.models.gated import GatedModel
+
+    net = MLP(10, (64,), hidden=[32])
+    model = GatedModel(net, (64,))
+    x = torch.randn(4, 64)
+    assert torch.equal(model(x), net(x))
+
+
+def test_pfedgate_client_keeps_its_gate_and_uses_its_capacity(tiny_cfg):
+    sim = _sim(tiny_cfg, "pfedgate", join_ratio=1.0)
+    algo = sim.algorithm
+    assert algo.personal_blocks() == {"gate"}
+    for c in range(6):
+        assert algo.model_for(c).sparsity == pytest.approx(min(1.0, sim.capacity.capacity[c]))
+    keys = algo.download_keys(0)
+    assert not any(k.startswith("gate.") for k in keys)
+    sim.run_round(0)
+    gates = [sim.store.client_state(c)["gate.weight"] for c in range(6)]
+    assert all(g.abs().sum() > 0 for g in gates)
+    assert not torch.equal(gates[0], gates[1])
+
+
 # ------------------------------------------------------------------------------ all of them
 @pytest.mark.parametrize("algorithm", ["fjord", "tailorfl", "flanc"])
 def test_a_client_never_receives_more_than_its_width(tiny_cfg, algorithm):
@@ -175,7 +228,7 @@ def test_tailorfl_resume_is_bit_identical(tiny_cfg, tmp_path):
     assert_resume_bit_identical(_cfg(tiny_cfg, "tailorfl"), tmp_path)
 
 
-@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl", "flanc"])
+@pytest.mark.parametrize("algorithm", ["fjord", "tailorfl", "flanc", "pfedgate"])
 def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = [

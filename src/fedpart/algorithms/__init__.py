@@ -26,6 +26,7 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     osgp,
     pa3dfl,
     pfedhn,
+    pfedgate,
     pfedsim,
     tailorfl,
     uapdfl,

@@ -1,0 +1,102 @@
+"""pFedGate (Chen et al., ICML 2023): a personal gating layer makes a block-sparse model per batch."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from fedpart.algorithms.base import Algorithm
+from fedpart.algorithms.registry import register
+from fedpart.engine.recipe import Recipe
+from fedpart.errors import ConfigError
+from fedpart.models.base import BlockModel
+from fedpart.models.gated import GatedModel
+
+
+@dataclasses.dataclass
+class PFedGateOptions:
+    blocks: int = dataclasses.field(
+        default=5, metadata={"doc": "split number B: blocks per parameter tensor (>= 1)"}
+    )
+    gate_lr: float = dataclasses.field(
+        default=0.05,
+        metadata={"doc": "the gating layer's learning rate (decayed with federation.lr; > 0)"},
+    )
+
+    def check(self) -> None:
+        if self.blocks < 1:
+            raise ConfigError("algorithm.blocks", f"must be >= 1, got {self.blocks}")
+        if not self.gate_lr > 0:
+            raise ConfigError("algorithm.gate_lr", f"must be > 0, got {self.gate_lr}")
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the backward gradient times ``c`` (a learning-rate factor for SGD)."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, c: float) -> torch.Tensor:
+        ctx.c = c
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.c, None
+
+
+def gated_loss(
+    gate_scale: float, model: Any, state: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """The task loss of the batch's gated model; the gating layer's gradient is scaled by
+    ``gate_lr / lr``, so one SGD step moves it at its own learning rate."""
+    if gate_scale != 1.0:
+        state = {
+            k: _ScaleGrad.apply(v, gate_scale) if k.startswith("gate.") else v
+            for k, v in state.items()
+        }
+    return F.cross_entropy(functional_call(model, state, (x,)), y)
+
+
+@register
+class PFedGate(Algorithm):
+    """The server keeps a global model, averaged as FedAvg over the participants. Each client
+    keeps a personal gating layer that, for every batch, scores the ``B`` blocks of every
+    parameter tensor and keeps the best-scoring blocks within its sparsity ``s_i = r_i`` (its
+    capacity), each scaled by its score; the client trains the global model and its gating layer
+    through that block-sparse model and returns the model. ``docs/methods/pfedgate.md``."""
+
+    name = "pfedgate"
+    summary = "Per-batch block-sparse masks of the global model from a personal gating layer."
+    Options = PFedGateOptions
+    capacity_aware = True  # the full model, thinned by sparsity rather than width
+    backends = ("sequential",)
+
+    def wrap_model(self, model: BlockModel) -> BlockModel:
+        shape = tuple(self.sim.data.bundle.input_shape)
+        return GatedModel(model, shape, blocks=self.options.blocks)
+
+    def setup(self) -> None:
+        self._models: dict[float, Any] = {}
+
+    def personal_blocks(self) -> set[str]:
+        return {"gate"}
+
+    def sparsity(self, client: int) -> float:
+        """The client's sparsity ``s_i``: the fraction of parameters it may keep, its capacity."""
+        return float(min(1.0, self.sim.capacity.capacity[client]))
+
+    def model_for(self, client: int) -> Any:
+        s = self.sparsity(client)
+        if s >= 1.0:
+            return self.sim.model
+        if s not in self._models:
+            self._models[s] = self.sim.model.with_sparsity(s)  # type: ignore[operator]
+        return self._models[s]
+
+    def recipe(self, rnd: int, client: int) -> Recipe:
+        scale = self.options.gate_lr / self.sim.cfg.federation.lr
+        return Recipe(objective=functools.partial(gated_loss, scale))
