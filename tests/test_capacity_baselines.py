@@ -243,3 +243,47 @@ def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     assert main(args) in (0, None)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["accuracy"]["final"] is not None
+
+
+# ------------------------------------------------------------------------------ fedpart cost
+def test_cost_command_prints_table2_cells(capsys):
+    assert main(["cost", "--method", "pfedgate", "--ratio", "0.00390625", "--no-memory"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| pfedgate"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:3] == ["1/256", "1/16"]
+    assert float(cells[3]) == pytest.approx(5.5, rel=0.03)  # Table 2: 5.5 ×10⁷ FLOPs
+    assert float(cells[4]) == pytest.approx(36.3, rel=0.03)  # and 36.3 ×10⁻¹ MB
+    assert cells[6] == "5.5 / 36.3 / 39.2"
+    assert main(["cost", "--method", "flanc", "--width", "0.5", "--batch", "64"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "| flanc" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[3]) == pytest.approx(21.1, rel=0.03)  # Table 8, B = 64
+    assert float(cells[5]) > 0  # peak memory measured
+
+
+def test_cost_command_reads_a_config(capsys):
+    config = QUICKSTART.parent / "pa3dfl" / "fjord.yaml"
+    assert main(["cost", str(config), "--no-memory", "--width", "0.25"]) == 0
+    out = capsys.readouterr().out
+    assert "Pa3dFL CNN (fmnist), batch 50" in out and "| fjord | 1/16 | 1/4 |" in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--method", "nope"],
+        ["--width", "0.3"],
+        ["--width", "0"],
+        ["--ratio", "2"],
+        ["--batch", "0"],
+        ["--variant", "mnist"],
+        ["--width", "0.5", "--ratio", "0.25"],
+        [str(QUICKSTART)],
+        ["x=1"],
+    ],
+)
+def test_cost_command_errors_are_one_line(args, capsys):
+    assert main(["cost", *args, "--no-memory"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1
