@@ -338,7 +338,10 @@ def main(argv: list[str] | None = None) -> int:
             return bench_main(argv[1:])
         except (FedpartError, OSError) as exc:
             return _report(exc)
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error, already printed as one line (2)
+        return int(exc.code or 0)
     try:
         return args.func(args)
     except (FedpartError, OSError) as exc:

@@ -12,6 +12,7 @@ model and method (e.g. ``dataset.split`` for EMNIST, ``model.fc_layers`` for LeN
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import difflib
 import math
 import os
@@ -175,8 +176,8 @@ class EngineConfig:
     batch_clients: int = 0
     ray_address: str = ""
     ray_workers: int = 0
-
     workers: int = 0
+
 
 @dataclass
 class EvaluationConfig:
@@ -313,6 +314,15 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         raise ConfigError(key, f"expected true or false, got {_show(value)}")
     if tp is int:
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+            # 1e3 (YAML 1.1 reads it as a string): exact through Decimal, so 1e30 stays 10**30
+            number = decimal.Decimal(value.strip())
+            if number.adjusted() > 18:  # beyond int64, and int() of 1e999999999 would not end
+                raise ConfigError(
+                    key, f"expected an integer of at most 2**63-1, got {_show(value)}"
+                )
+            if number == number.to_integral_value():
+                value = int(number)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -381,8 +391,8 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 def _parse_scalar(text: str) -> Any:
     try:
         return yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError):
-        return text
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError, OverflowError):
+        return text  # not a YAML value: the type check names the key
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
@@ -533,13 +543,13 @@ def validate(cfg: Config) -> None:
     _range("engine.threads", cfg.engine.threads, 0)
     _range("engine.batch_clients", cfg.engine.batch_clients, 0)
     _range("engine.ray_workers", cfg.engine.ray_workers, 0)
+    _range("engine.workers", cfg.engine.workers, 0)
     _range("engine.eval_batch_size", cfg.engine.eval_batch_size, 1)
 
     _range("evaluation.every", cfg.evaluation.every, 1)
     _range("evaluation.last_k", cfg.evaluation.last_k, 1)
     _choice("evaluation.split", cfg.evaluation.split, ("test", "val"), "evaluation split")
     _choice(
-    _range("engine.workers", cfg.engine.workers, 0)
         "evaluation.participants",
         cfg.evaluation.participants,
         PARTICIPANT_PROTOCOLS,
@@ -645,6 +655,9 @@ def _parse_yaml(p: Path, text: str) -> Any:
         raise ConfigError("", f"{p}: not valid YAML{where}") from exc
     except RecursionError as exc:
         raise ConfigError("", f"{p}: nested too deeply to be a config") from exc
+    except (ValueError, TypeError, OverflowError) as exc:
+        # a scalar YAML cannot build: a 5,000-digit integer, a date like 2024-13-45
+        raise ConfigError("", f"{p}: not valid YAML ({_show(str(exc), 80)})") from exc
 
 
 def dump_config(cfg: Config) -> str:

@@ -256,7 +256,10 @@ class RunDir:
                 )
             return tensors, meta
         if damaged:
-            raise FedpartError("; ".join(damaged) + "; no sound checkpoint is left to resume from")
+            raise FedpartError(
+                "; ".join(damaged) + "; no sound checkpoint is left to resume from: start the "
+                "run again (output.overwrite=true) or restore the files"
+            )
         raise FedpartError(
             f"{self.path}: no checkpoint to resume from (expected {self.path / 'checkpoint'}/meta.json)"
         )
