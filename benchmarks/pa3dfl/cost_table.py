@@ -18,28 +18,14 @@ import math
 
 import torch
 
-from fedpart.engine.width_cost import PAPER_TABLE2, TABLE2_RATIOS, client_cost
+from fedpart.engine.width_cost import PAPER_TABLE2, PAPER_TABLE8, TABLE2_RATIOS, client_cost
 
-#: Pa3dFL Table 8 FLOPs (×10⁷) per method and batch size, at r = 1/256, 1/64, 1/4, 1
+#: Pa3dFL Table 8 FLOPs (×10⁷) per method and batch size, at r = 1/256, 1/64, 1/4, 1 (pFedGate,
+#: an estimate, is printed by ``fedpart cost``)
 PAPER_TABLE8_FLOPS: dict[str, dict[int, tuple[float, ...]]] = {
-    "p-width": {
-        16: (0.4, 1.0, 7.3, 23.5),
-        64: (1.7, 4.1, 29.5, 94.0),
-        128: (3.5, 8.2, 59.0, 188.1),
-        512: (14.2, 32.8, 236.3, 752.3),
-    },
-    "flanc": {
-        16: (1.8, 2.2, 5.2, 10.9),
-        64: (7.4, 9.0, 21.1, 43.8),
-        128: (14.9, 18.1, 42.2, 87.7),
-        512: (59.9, 72.7, 169.1, 350.9),
-    },
-    "pa3dfl": {
-        16: (0.47, 1.0, 8.0, 27.3),
-        64: (1.8, 4.2, 30.2, 97.8),
-        128: (3.6, 8.3, 59.9, 191.9),
-        512: (14.5, 33.3, 237.9, 756.1),
-    },
+    method: {batch: tuple(float(flops) for flops, _ in row) for batch, row in rows.items()}
+    for method, rows in PAPER_TABLE8.items()
+    if method != "pfedgate"
 }
 
 _RATIO_NAMES = {1 / 256: "1/256", 1 / 64: "1/64", 1 / 4: "1/4", 1.0: "1"}
