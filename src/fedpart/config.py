@@ -202,11 +202,14 @@ class OutputConfig:
 
     ``checkpoint_every``: save a checkpoint every this many rounds (and at the end); 0 saves only
     at the end. ``overwrite``: allow writing into a directory that already holds a run.
+    ``tensorboard``: also write TensorBoard event files into ``<dir>/tensorboard/``
+    (``fedpart.tracking.tensorboard``; needs the ``tensorboard`` package).
     """
 
     dir: str = "runs/{algorithm}-{dataset}-{time}"
     checkpoint_every: int = 10
     overwrite: bool = False
+    tensorboard: bool = False
 
 
 @dataclass
@@ -540,7 +543,7 @@ def validate(cfg: Config) -> None:
     _choice("engine.conv_layout", cfg.engine.conv_layout, CONV_LAYOUTS, "convolution layout")
     if cfg.engine.device != "cpu" and not cfg.engine.device.startswith("cuda"):
         raise ConfigError("engine.device", f"expected cpu or cuda[:N], got {cfg.engine.device!r}")
-    _range("engine.threads", cfg.engine.threads, 0)
+    _range("engine.threads", cfg.engine.threads, 0, 1024)  # more would only stall the run
     _range("engine.batch_clients", cfg.engine.batch_clients, 0)
     _range("engine.ray_workers", cfg.engine.ray_workers, 0)
     _range("engine.workers", cfg.engine.workers, 0)

@@ -659,6 +659,7 @@ class Simulation:
             if crash_point("run.config"):
                 crash()
             rd.write_metrics([])
+        tb = self._open_tensorboard()
         bar = None
         if not self.quiet:
             from tqdm import tqdm
@@ -691,6 +692,9 @@ class Simulation:
                 self.rounds_completed += 1
                 if rd is not None:
                     rd.append_metrics(row)
+                    if tb is not None:
+                        evaluated = row.get("accuracy") is not None
+                        tb.row(row, self.client_accuracy if evaluated else None)
                     every = cfg.output.checkpoint_every
                     if every and self.rounds_completed % every == 0:
                         self.save_checkpoint()
@@ -709,6 +713,8 @@ class Simulation:
                     }
                     if rd is not None:
                         rd.append_metrics(self.final_row)
+                        if tb is not None:
+                            tb.row(self.final_row, self.client_accuracy)
                 elif not self.rows or self.rows[-1].get("accuracy") is None:
                     self.final_row = {
                         "round": cfg.federation.rounds,
@@ -717,11 +723,15 @@ class Simulation:
                     }
                     if rd is not None:  # logged too, so metrics.jsonl is what a resume rebuilds
                         rd.append_metrics(self.final_row)
+                        if tb is not None:
+                            tb.row(self.final_row, self.client_accuracy)
                 self.elapsed += time.perf_counter() - t0
                 self.finished = True
         finally:
             if bar is not None:
                 bar.close()
+            if tb is not None:
+                tb.close()
             self.close_workers()
         result = self.result()
         if rd is not None:
@@ -739,6 +749,19 @@ class Simulation:
             if crash_point("run.end"):
                 crash()
         return result
+
+    def _open_tensorboard(self) -> Any:
+        """The run's TensorBoard writer under ``output.tensorboard`` (else None); a resumed run
+        purges the events at and after its checkpoint's round, which it writes again."""
+        if not self.cfg.output.tensorboard or self.run_dir is None:
+            return None
+        from fedpart.tracking.tensorboard import TensorBoardLog
+
+        if self.resumed and self.rounds_completed:
+            return TensorBoardLog(self.run_dir.path, purge_step=self.rounds_completed)
+        tb = TensorBoardLog(self.run_dir.path)  # from round 0: the folder starts empty
+        tb.config(dump_config(self.cfg))
+        return tb
 
     def result(self) -> Result:
         cfg = self.cfg
