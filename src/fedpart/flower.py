@@ -34,7 +34,7 @@ import torch
 from fedpart.config import Config, dump_config, load_config
 from fedpart.engine.evaluation import evaluate_clients
 from fedpart.engine.recipe import Phase, Recipe
-from fedpart.engine.simulation import Simulation
+from fedpart.engine.simulation import Result, Simulation
 from fedpart.engine.training import TrainResult, train_client
 from fedpart.errors import FedpartError
 
@@ -47,9 +47,6 @@ State = dict[str, torch.Tensor]
 
 #: the flwr release this module is written and tested against (the ``flower`` extra pins it)
 FLWR_VERSION = "1.41.0"
-
-_PERSONAL = "fedpart.personal"
-_FINETUNED = "fedpart.finetuned"
 
 
 def require_flwr() -> None:
@@ -350,6 +347,13 @@ def _mirror(config_text: str) -> Simulation:
     return sim
 
 
+def _state_keys(config_text: str) -> tuple[str, str]:
+    """The ``context.state`` keys of a run's personal and fine-tuned tensors: named by the
+    config, so that runs served one after another by the same node never mix."""
+    tag = hashlib.sha256(config_text.encode()).hexdigest()[:16]
+    return f"fedpart.{tag}.personal", f"fedpart.{tag}.finetuned"
+
+
 def _partition_id(context: Context) -> int:
     value = context.node_config.get("partition-id")
     if value is None:
@@ -370,7 +374,8 @@ def _node_state(msg: Message, context: Context, sim: Simulation) -> tuple[int, S
             f"message for client {client} reached partition {_partition_id(context)}"
         )
     state = _from_record(msg.content["model"])
-    held = _from_record(context.state[_PERSONAL]) if _PERSONAL in context.state else {}
+    personal, _ = _state_keys(str(job["config"]))
+    held = _from_record(context.state[personal]) if personal in context.state else {}
     init = _from_record(msg.content["init"])
     for k in job["personal"]:
         state[k] = held[k] if k in held else init[k]
@@ -391,10 +396,11 @@ def _train(msg: Message, context: Context, *, finetune: bool) -> Message:
     result = train_client(
         sim.model, start, recipe, sim.data, client, int(job["round"]), settings, frozen
     )
+    personal, finetuned = _state_keys(str(job["config"]))
     if finetune:
-        context.state[_FINETUNED] = _to_record(result.state)
+        context.state[finetuned] = _to_record(result.state)
     else:
-        context.state[_PERSONAL] = _to_record({k: result.state[k] for k in job["personal"]})
+        context.state[personal] = _to_record({k: result.state[k] for k in job["personal"]})
     info = {
         "client": client,
         "loss": float(result.loss),
@@ -411,8 +417,9 @@ def _evaluate(msg: Message, context: Context) -> Message:
     job = msg.content["job"]
     sim = _mirror(str(job["config"]))
     client, state = _node_state(msg, context, sim)
-    if _FINETUNED in context.state:  # after a final fine-tuning the node's own model is evaluated
-        state = {k: v.to(sim.device) for k, v in _from_record(context.state[_FINETUNED]).items()}
+    _, finetuned = _state_keys(str(job["config"]))
+    if finetuned in context.state:  # after a final fine-tuning the node's own model is evaluated
+        state = {k: v.to(sim.device) for k, v in _from_record(context.state[finetuned]).items()}
     index = getattr(sim.data.clients[client], str(job["split"]))
     ((correct, loss),) = evaluate_clients(
         sim.model, [state], [index], sim.data, sim.cfg.engine.eval_batch_size
@@ -450,10 +457,26 @@ def client_app() -> ClientApp:
 
 # ----------------------------------------------------------------- server side
 def _split_overrides(value: Any) -> list[str]:
-    """``key=value`` overrides from a run-config string (separated by spaces or commas)."""
-    if not value:
-        return []
-    return [o for part in str(value).split() for o in part.split(",") if o]
+    """``key=value`` overrides from a run-config string, separated by spaces (a value may hold
+    commas: ``partition.split=[0.75,0.0,0.25]``)."""
+    return str(value).split() if value else []
+
+
+def run_on_grid(
+    grid: Grid,
+    cfg: Config,
+    *,
+    run_dir: str | Path | None = None,
+    timeout: float = 600.0,
+) -> Result:
+    """Run ``cfg`` over the Flower nodes of ``grid`` (one per client) from inside a
+    ``ServerApp``'s main function; returns what :func:`fedpart.run` returns.
+
+    Several runs may follow one another over the same nodes: a node keeps each run's tensors
+    apart (they are named by the run's config)."""
+    sim = FlowerSimulation(cfg, grid, run_dir=run_dir, quiet=True, timeout=timeout)
+    sim.connect()
+    return sim.run()
 
 
 def server_app(
@@ -462,13 +485,16 @@ def server_app(
     *,
     run_dir: str | Path | None = None,
     timeout: float = 600.0,
+    base: str | Path | None = None,
 ) -> ServerApp:
     """The Flower ``ServerApp`` running a fedpart config over the connected nodes.
 
-    ``config`` (a :class:`Config` or YAML path) and ``overrides`` default to the run config's
-    ``config`` and ``overrides`` keys (``[tool.flwr.app.config]`` of the Flower project, or
-    ``flwr run --run-config``), where ``output-dir`` may name the run directory and
-    ``timeout`` the seconds to wait for nodes; without a run directory nothing is written."""
+    ``config`` (a :class:`Config` or YAML path) defaults to the run config's ``config`` key
+    (``[tool.flwr.app.config]`` of the Flower project, or ``flwr run --run-config``), a relative
+    path there being read from ``base`` (the project's directory); the run config's
+    ``overrides`` (``key=value`` separated by spaces) come before ``overrides``, its
+    ``output-dir`` names the run directory (default ``run_dir``; without one nothing is written)
+    and its ``timeout`` the seconds to wait for nodes."""
     require_flwr()
     from flwr.serverapp import ServerApp
 
@@ -477,20 +503,22 @@ def server_app(
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         rc = context.run_config
-        source = config if config is not None else rc.get("config")
+        source: Any = config if config is not None else rc.get("config")
         if source is None:
             raise FedpartError("no fedpart config: set config in the Flower run config")
         extra = [*_split_overrides(rc.get("overrides")), *overrides]
         if isinstance(source, Config):
             cfg = source.with_overrides(extra) if extra else source
         else:
-            cfg = load_config(source, extra)
-        out = run_dir if run_dir is not None else (rc.get("output-dir") or None)
-        wait = float(rc.get("timeout", timeout))
-        sim = FlowerSimulation(cfg, grid, run_dir=out, quiet=True, timeout=wait)
-        sim.connect()
-        result = sim.run()
-        if out is not None:
+            path = Path(str(source))
+            if not path.is_absolute() and base is not None:
+                path = Path(base) / path
+            cfg = load_config(path, extra)
+        out = rc.get("output-dir") or run_dir
+        result = run_on_grid(
+            grid, cfg, run_dir=out or None, timeout=float(rc.get("timeout", timeout))
+        )
+        if result.run_dir is not None:
             print(f"fedpart: wrote {result.run_dir}")
 
     return app
