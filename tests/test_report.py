@@ -4,12 +4,15 @@ import pytest
 
 from fedpart.errors import FedpartError
 from fedpart.report import (
+    FINAL_STAGE_NOTE,
     compare_table,
     load_run,
     plot_accuracy,
     plot_client_accuracy,
     report,
+    write_report,
 )
+from fedpart.report.compare import run_styles
 
 
 def make_run(root, name, algorithm, accs, *, global_acc=None, clients=True, final_stage=None):
@@ -176,4 +179,33 @@ def test_report_out_dir_and_errors(tmp_path):
     with pytest.raises(FedpartError):
         report([], None)
     with pytest.raises(FedpartError, match="not a fedpart run directory"):
-        report([str(d), str(tmp_path)], None)
+        report([str(d), str(tmp_path / "plots")], None)  # a folder with no run below it
+
+
+def test_report_accepts_a_folder_of_runs_and_its_own_pngs(tmp_path):
+    """A sweep-like folder: runs one and two levels down, PNGs and tables beside them."""
+    root = tmp_path / "sweep"
+    make_run(root / "fedavg", "seed0", "fedavg", [0.3, 0.5])
+    make_run(root / "fedbabu", "seed0", "fedbabu", [0.3, 0.4], final_stage=0.8)
+    (root / "table.md").write_text("x")
+    table, written = write_report([str(root)], None)
+    assert written == [root / "accuracy.png", root / "clients.png"]
+    # again, now with the PNGs it wrote among the paths (as a shell glob gives them)
+    again, _ = write_report([str(p) for p in sorted(root.iterdir())], None)
+    assert again == table
+    assert "fedavg/seed0" in table and "fedbabu/seed0" in table
+    # FedBABU's final accuracy is after its fine-tuning stage: marked, with the footnote
+    row = next(x for x in table.splitlines() if "fedbabu/seed0" in x)
+    assert "80.00 †" in row and FINAL_STAGE_NOTE in table
+
+
+def test_accuracy_plot_of_many_runs_has_distinct_styles(tmp_path):
+    styles = run_styles(26)
+    pairs = {(s["color"], s["linestyle"], s["marker"]) for s in styles}
+    assert len(pairs) == 26
+    runs = [
+        load_run(make_run(tmp_path, f"m{i}", f"m{i}", [0.1 * (i % 9), 0.5], global_acc=0.4))
+        for i in range(26)
+    ]
+    plot_accuracy(runs, tmp_path / "acc.png")
+    assert (tmp_path / "acc.png").stat().st_size > 1000

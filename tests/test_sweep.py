@@ -187,3 +187,22 @@ def test_default_folder_is_stable(tiny, monkeypatch, tmp_path):
     b = sw.plan(str(tiny), ["algorithm.name=fedavg,fedper"], [0, 1, 2])
     assert a.path == b.path == Path(tmp_path / "runs" / a.path.name).resolve()
     assert a.path.name.startswith("sweep-tiny-")
+
+
+def test_progress_line_counts_rounds_and_gives_an_eta(tmp_path):
+    jobs = [sw.Job("a", s, tmp_path / f"r{s}", [], 4) for s in (0, 1)]
+    jobs[0].run_dir.mkdir()
+    progress = sw.Progress(jobs, enabled=False)
+    assert progress.line().startswith("[sweep] 0/2 runs, 0/8 rounds (0%)")
+    assert progress.line().endswith("ETA ?")
+    (jobs[0].run_dir / "metrics.jsonl").write_text('{"round": 0}\n{"round": 1}\n')
+    progress.t0 -= 10  # 2 rounds in 10 s: 6 left take 30 s
+    assert "2/8 rounds (25%)" in progress.line() and "ETA 30s" in progress.line()
+
+
+def test_partition_plot_goes_to_the_fixed_part_of_output_dir():
+    from fedpart.cli import _runs_root
+
+    assert _runs_root("runs/quickstart-{time}/{algorithm}") == Path("runs")
+    assert _runs_root("/data/exp/{algorithm}-{seed}") == Path("/data/exp")
+    assert _runs_root("{algorithm}") == Path("runs")

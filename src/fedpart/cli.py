@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -58,12 +59,16 @@ def _num(value: object) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def _run_one(cfg: object, out: Path, quiet: bool = True) -> Path:
-    """One run of ``fedpart compare`` (a top-level function, so worker processes can run it)."""
-    from fedpart.engine.simulation import Simulation
+def _compare_job(config: str, overrides: list[str], run_dir: str) -> dict[str, object]:
+    """One run of ``fedpart compare``, always from round 0 (a top-level function, so worker
+    processes can run it); its outcome as :func:`fedpart.sweep.run_job` reports one."""
+    from fedpart.api import run
 
-    result = Simulation(cfg, run_dir=out, quiet=quiet).run()  # type: ignore[arg-type]
-    return Path(result.run_dir)
+    try:
+        run(config, overrides, quiet=True)
+    except FedpartError as exc:
+        return {"state": "failed", "error": str(exc)}
+    return {"state": "finished"}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -97,26 +102,40 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not cfg.output.overwrite:
             RunDir(out).prepare(False)  # an occupied directory fails before any run starts
         jobs.append((name, cfg, out))
-    if args.jobs > 1 and len(jobs) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    from fedpart.sweep import Job, Progress, execute
 
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(args.jobs, len(jobs)), mp_context=ctx) as pool:
-            futures = [pool.submit(_run_one, cfg, out) for _, cfg, out in jobs]
-            dirs = []
-            for done, ((name, _, out), fut) in enumerate(zip(jobs, futures, strict=True), 1):
-                dirs.append(fut.result())
-                if not args.quiet:
-                    print(f"[{done}/{len(jobs)}] {name} -> {out}", file=sys.stderr)
-    else:
-        dirs = []
-        for done, (name, cfg, out) in enumerate(jobs, 1):
-            if not args.quiet:
-                print(f"[{done}/{len(jobs)}] {name} -> {out}", file=sys.stderr)
-            dirs.append(_run_one(cfg, out, args.quiet))
-    runs = [load_run(d) for d in dirs]
-    print(compare_table(runs))
+    if args.jobs < 1:
+        raise FedpartError(f"compare: --jobs must be >= 1, got {args.jobs}")
+    runs = [
+        Job(
+            name,
+            cfg.seed,
+            out,
+            [*args.overrides, f"algorithm.name={name}", f"output.dir={out}"],
+            cfg.federation.rounds,
+        )
+        for name, cfg, out in jobs
+    ]
+    if not args.quiet:
+        where = os.path.commonpath([str(out.resolve()) for _, _, out in jobs])
+        print(f"{len(runs)} runs into {where}", file=sys.stderr)
+    with Progress(runs, enabled=not args.quiet, label="compare") as progress:
+        outcomes = execute(
+            runs,
+            args.config,
+            workers=args.jobs,
+            on_done=progress.run_ended,
+            runner=_compare_job,
+            skip_finished=False,
+        )
+    done = [out for _, _, out in jobs if outcomes[out].get("state") == "finished"]
+    if done:
+        print(compare_table([load_run(d) for d in done]))
+    failed = [(name, outcomes[out]) for name, _, out in jobs if out not in done]
+    if failed:
+        name, outcome = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise FedpartError(f"compare: {name} failed{more}: {outcome.get('error')}")
     return 0
 
 
@@ -204,7 +223,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     png = (
         Path(args.out)
         if args.out
-        else Path(f"partition-{cfg.dataset.name}-{cfg.partition.kind}.png")
+        else _runs_root(cfg.output.dir) / f"partition-{cfg.dataset.name}-{cfg.partition.kind}.png"
     )
     png.parent.mkdir(parents=True, exist_ok=True)
     plot_label_matrix(
@@ -216,10 +235,23 @@ def cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from fedpart.report import report
+def _runs_root(output_dir: str) -> Path:
+    """The fixed part of ``output.dir`` before its first placeholder (``runs`` for
+    ``runs/quickstart-{time}/{algorithm}``): where a config's runs go, and its partition plot."""
+    parts = []
+    for part in Path(output_dir).parts:
+        if "{" in part:
+            break
+        parts.append(part)
+    return Path(*parts) if parts else Path("runs")
 
-    print(report(args.dirs, args.out))
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedpart.report import write_report
+
+    table, written = write_report(args.dirs, args.out)
+    print(table)
+    print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0
 
 
@@ -347,11 +379,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("config")
     p.add_argument("overrides", nargs="*")
-    p.add_argument("--out", help="PNG path")
+    p.add_argument(
+        "--out",
+        help="PNG path (default: partition-<dataset>-<kind>.png in the fixed part of output.dir, "
+        "e.g. runs/)",
+    )
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("report", help="compare finished runs: markdown table and PNG plots")
-    p.add_argument("dirs", nargs="+")
+    p.add_argument(
+        "dirs",
+        nargs="+",
+        help="run directories, or folders holding runs (a sweep or compare folder)",
+    )
     p.add_argument("--out", help="directory for the plots (default: the runs' common parent)")
     p.set_defaults(func=cmd_report)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpart.errors import FedpartError
+from fedpart.report.compare import FINAL_STAGE_NOTE, has_final_stage
 
 MANIFEST = "sweep.json"
 #: the accuracy-like blocks of ``summary.json`` a sweep table aggregates, in column order
@@ -315,11 +316,13 @@ def execute(
     ray_address: str | None = None,
     on_done: Callable[[Job, dict[str, Any]], None] | None = None,
     runner: Runner = run_job,
+    skip_finished: bool = True,
 ) -> dict[Path, dict[str, Any]]:
     """Run the jobs that are not finished; each job's outcome by run directory.
 
     Finished jobs are not dispatched at all (a finished sweep reruns in the time it takes to
-    read the summaries). ``workers`` > 1 runs that many spawned processes; ``ray_address``
+    read the summaries); ``skip_finished=False`` dispatches every job (``fedpart compare`` with
+    ``output.overwrite=true`` runs again). ``workers`` > 1 runs that many spawned processes; ``ray_address``
     (``auto``, ``ray://host:10001``, or ``local`` for a Ray started here) sends each run to a
     Ray cluster as a one-CPU task instead — the run directories must then be on a file system
     every node sees.
@@ -327,7 +330,7 @@ def execute(
     outcomes: dict[Path, dict[str, Any]] = {}
     todo = []
     for job in jobs:
-        if job.state() == "finished":
+        if skip_finished and job.state() == "finished":
             outcomes[job.run_dir] = {"state": "finished"}
         else:
             todo.append(job)
@@ -512,19 +515,6 @@ def _value(summary: dict[str, Any], block: str, stat: str) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
-
-
-def has_final_stage(metrics: Sequence[dict[str, Any]]) -> bool:
-    """Whether a run's ``final`` accuracy comes from a stage after the federated rounds (the
-    fine-tuning of FedBABU and fedseqlayer): a ``"stage": "final"`` row after evaluated rounds."""
-    evaluated = any(r.get("stage") is None and r.get("accuracy") is not None for r in metrics)
-    return evaluated and any(r.get("stage") == "final" for r in metrics)
-
-
-FINAL_STAGE_NOTE = (
-    "† final is measured after the method's final fine-tuning stage (FedBABU, fedseqlayer); "
-    "best and last-k are over the federated rounds before it."
-)
 
 
 @dataclass

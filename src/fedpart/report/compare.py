@@ -153,12 +153,27 @@ def _labels(runs: Sequence[RunRecord]) -> list[str]:
     return names
 
 
+def has_final_stage(metrics: Sequence[dict[str, Any]]) -> bool:
+    """Whether a run's ``final`` accuracy comes from a stage after the federated rounds (the
+    fine-tuning of FedBABU and fedseqlayer): a ``"stage": "final"`` row after evaluated rounds."""
+    evaluated = any(r.get("stage") is None and r.get("accuracy") is not None for r in metrics)
+    return evaluated and any(r.get("stage") == "final" for r in metrics)
+
+
+FINAL_STAGE_NOTE = (
+    "† final is measured after the method's final fine-tuning stage (FedBABU, fedseqlayer); "
+    "best and last-k are over the federated rounds before it."
+)
+
+
 def compare_table(runs: Sequence[RunRecord]) -> str:
     """A markdown table with one row per run.
 
     Columns: run, algorithm, final / best (round) / last-10 mean personalised accuracy (%),
     sample-weighted final accuracy (%), a global-model final accuracy column when any run has
-    one, uploaded and downloaded megabytes (10^6 bytes), and wall-clock seconds.
+    one, uploaded and downloaded megabytes (10^6 bytes), and wall-clock seconds. A final
+    accuracy measured after a final fine-tuning stage is marked ``†``, with a footnote under
+    the table (best and last-10 do not include that stage).
     """
     has_global = any(_stat(r.summary, "global_accuracy", "final") is not None for r in runs)
     header = [
@@ -173,8 +188,11 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
         header.append("global final %")
     header += ["up MB", "down MB", "wall s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    marked = False
     for run, label in zip(runs, _labels(runs), strict=True):
         s = run.summary
+        mark = " †" if has_final_stage(run.metrics) else ""
+        marked |= bool(mark)
         best = _pct(_stat(s, "accuracy", "best"))
         best_round = _stat(s, "accuracy", "best_round")
         if best != "-" and best_round is not None:
@@ -184,10 +202,10 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
         row = [
             _cell(label),
             _cell(run.algorithm),
-            _pct(_stat(s, "accuracy", "final")),
+            _pct(_stat(s, "accuracy", "final")) + mark,
             best,
             _pct(_stat(s, "accuracy", "last10_mean")),
-            _pct(_stat(s, "accuracy_weighted", "final")),
+            _pct(_stat(s, "accuracy_weighted", "final")) + mark,
         ]
         if has_global:
             row.append(_pct(_stat(s, "global_accuracy", "final")))
@@ -197,15 +215,19 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
             f"{float(wall):.1f}" if _is_number(wall) else "-",
         ]
         lines.append("| " + " | ".join(row) + " |")
+    if marked:
+        lines += ["", FINAL_STAGE_NOTE]
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------- plots
-def _figure(width: float = 8.0, height: float = 5.0, ncols: int = 1) -> tuple[Any, list[Any]]:
+def _figure(
+    width: float = 8.0, height: float = 5.0, ncols: int = 1, layout: str | None = None
+) -> tuple[Any, list[Any]]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=100)
+    fig = Figure(figsize=(width, height), dpi=100, layout=layout)
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
     return fig, axes
@@ -214,7 +236,8 @@ def _figure(width: float = 8.0, height: float = 5.0, ncols: int = 1) -> tuple[An
 def _save(fig: Any, path: str | os.PathLike) -> None:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a constrained layout places an outside legend itself
+        fig.tight_layout()
     fig.savefig(out, format="png")
 
 
@@ -235,44 +258,135 @@ def _series(
     return xs, ys, final
 
 
+#: line styles cycled after the ten colours, so 40 runs get 40 distinct (colour, style) pairs
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def run_styles(n: int) -> list[dict[str, Any]]:
+    """Matplotlib line properties for ``n`` runs: ten colours × four line styles, then again
+    with markers, so every curve of a 26-method comparison has its own colour-and-style pair."""
+    markers = (None, "o", "s", "^")
+    return [
+        {
+            "color": f"C{i % 10}",
+            "linestyle": LINE_STYLES[(i // 10) % 4],
+            "marker": markers[(i // 40) % 4],
+        }
+        for i in range(n)
+    ]
+
+
+def _legend_columns(entries: int) -> int:
+    return 1 if entries <= 18 else 2
+
+
+def _setting_groups(runs: Sequence[RunRecord]) -> list[tuple[str, list[int]]]:
+    """Runs grouped by their method's setting (centralized, cloud-edge, decentralized) when
+    there are more than 12 runs of several settings — one panel each keeps the curves
+    readable; otherwise one group of all runs."""
+    from fedpart.algorithms import ALGORITHMS
+
+    def setting(run: RunRecord) -> str:
+        cls = ALGORITHMS.get(run.algorithm)
+        return str(getattr(cls, "setting", "other")) if cls is not None else "other"
+
+    settings = [setting(r) for r in runs]
+    if len(runs) <= 12 or len(set(settings)) < 2:
+        return [("", list(range(len(runs))))]
+    order = ["centralized", "cloud-edge", "decentralized"]
+    names = sorted(set(settings), key=lambda s: (order.index(s) if s in order else 9, s))
+    return [(name, [i for i, s in enumerate(settings) if s == name]) for name in names]
+
+
 def plot_accuracy(runs: Sequence[RunRecord], path: str | os.PathLike) -> None:
     """PNG of personalised accuracy vs round, one line per run.
 
-    The global model's accuracy is drawn dashed in the run's colour where recorded, and a
-    post-training evaluation (``"stage": "final"``) as a cross.
+    Every run has its own colour × line style (:func:`run_styles`); the legend sits outside the
+    axes, to the right, so it never covers a curve. More than 12 runs of several settings get
+    one panel per setting (centralized, cloud-edge, decentralized). Where any run records the
+    global model's accuracy it is drawn in a second column with the same styles. A post-training
+    evaluation (``"stage": "final"``, the fine-tuning of FedBABU and fedseqlayer) is a cross
+    labelled with the run's name, with its own legend entry.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
-    fig, (ax,) = _figure()
-    colors = [f"C{i % 10}" for i in range(len(runs))]
-    plotted = False
-    for run, label, color in zip(runs, _labels(runs), colors, strict=True):
-        xs, ys, final = _series(run, "accuracy")
-        if xs:
-            ax.plot(xs, ys, color=color, label=label, marker="." if len(xs) < 30 else None)
-            plotted = True
-        if final is not None:
-            ax.plot(
-                *final,
-                color=color,
-                marker="x",
-                markersize=8,
-                label=None if xs else label,
-                linestyle="none",
+    labels = _labels(runs)
+    has_global = any(_series(r, "global_accuracy")[0] for r in runs)
+    groups = _setting_groups(runs)
+    heights = [max(3.4, 0.19 * len(idx) / _legend_columns(len(idx) + 1) + 1.2) for _, idx in groups]
+    ncol_max = max(_legend_columns(len(idx) + 1) for _, idx in groups)
+    fig = Figure(
+        figsize=((13.0 if has_global else 8.5) + 2.4 * ncol_max, sum(heights)),
+        dpi=100,
+        layout="constrained",
+    )
+    FigureCanvasAgg(fig)
+    grid = fig.subplots(
+        len(groups),
+        2 if has_global else 1,
+        squeeze=False,
+        sharex=True,
+        gridspec_kw={"height_ratios": heights},
+    )
+    last_final = -math.inf
+    for (setting, idx), row in zip(groups, grid, strict=True):
+        handles: list[Any] = []
+        any_final = False
+        for i, style in zip(idx, run_styles(len(idx)), strict=True):
+            run, label = runs[i], labels[i]
+            xs, ys, final = _series(run, "accuracy")
+            line_style = {**style, "marker": style["marker"] or ("." if len(xs) < 30 else None)}
+            if xs:
+                row[0].plot(xs, ys, **line_style, markersize=4, linewidth=1.4)
+            if final is not None:
+                row[0].plot(*final, color=style["color"], marker="x", markersize=8, ls="none")
+                row[0].annotate(
+                    label, final, xytext=(5, 0), textcoords="offset points", fontsize="x-small",
+                    color=style["color"], va="center",
+                )  # fmt: skip
+                any_final = True
+                last_final = max(last_final, final[0])
+            if xs or final is not None:
+                handles.append(Line2D([], [], **line_style, markersize=4, label=label))
+            if has_global:
+                gx, gy, _ = _series(run, "global_accuracy")
+                if gx:
+                    row[1].plot(gx, gy, **line_style, markersize=4, linewidth=1.4)
+        if any_final:
+            handles.append(
+                Line2D(
+                    [], [], color="black", marker="x", ls="none", label="after final fine-tuning"
+                )
             )
-            plotted = True
-        gx, gy, _ = _series(run, "global_accuracy")
-        if gx:
-            ax.plot(gx, gy, color=color, linestyle="--", label=f"{label} (global model)")
-    if not plotted:
-        ax.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=ax.transAxes)
-    else:
-        ax.legend(fontsize="small")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("personalised test accuracy (mean over clients)")
-    ax.grid(True, alpha=0.3)
+        if not handles:
+            row[0].text(
+                0.5, 0.5, "no evaluated rounds", ha="center", va="center",
+                transform=row[0].transAxes,
+            )  # fmt: skip
+        else:
+            row[-1].legend(
+                handles=handles,
+                loc="upper left",
+                bbox_to_anchor=(1.02, 1.0),
+                borderaxespad=0.0,
+                fontsize="small",
+                ncol=_legend_columns(len(handles)),
+            )
+        suffix = f" — {setting}" if setting else ""
+        titles = ["personalised test accuracy (mean over clients)", "global model accuracy"]
+        for ax, title in zip(row, titles, strict=False):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel("accuracy (%)")
+            ax.set_title(title + suffix, fontsize="medium")
+            ax.grid(True, alpha=0.3)
+    for ax in grid[-1]:
+        ax.set_xlabel("round")
+    if math.isfinite(last_final):  # room for the crosses' names right of the last round
+        left, right = grid[0][0].get_xlim()
+        grid[0][0].set_xlim(left, max(right, last_final + 0.15 * (last_final - left)))
     _save(fig, path)
 
 
@@ -280,12 +394,18 @@ def plot_client_accuracy(runs: Sequence[RunRecord], path: str | os.PathLike) -> 
     """PNG of the final per-client accuracies: sorted per run (left) and as box plots (right)."""
     from matplotlib.ticker import MaxNLocator
 
-    fig, (left, right) = _figure(width=12.0, ncols=2)
     data = [
-        (label, [100 * a for a in run.client_accuracies()])
-        for run, label in zip(runs, _labels(runs), strict=True)
+        (label, [100 * a for a in run.client_accuracies()], style)
+        for run, label, style in zip(runs, _labels(runs), run_styles(len(runs)), strict=True)
     ]
-    data = [(label, acc) for label, acc in data if acc]
+    data = [(label, acc, style) for label, acc, style in data if acc]
+    ncol = _legend_columns(len(data))
+    fig, (left, right) = _figure(
+        width=12.0 + 2.6 * ncol,
+        height=max(5.0, 0.2 * len(data) / ncol + 1.5),
+        ncols=2,
+        layout="constrained",
+    )
     if not data:
         for ax in (left, right):
             ax.text(
@@ -297,13 +417,20 @@ def plot_client_accuracy(runs: Sequence[RunRecord], path: str | os.PathLike) -> 
                 transform=ax.transAxes,
             )
     else:
-        for i, (label, acc) in enumerate(data):
-            left.plot(range(len(acc)), sorted(acc), color=f"C{i % 10}", label=label)
-        left.legend(fontsize="small")
-        right.boxplot([acc for _, acc in data], showmeans=True)
+        for label, acc, style in data:
+            left.plot(range(len(acc)), sorted(acc), **style, markersize=4, label=label)
+        fig.legend(loc="outside right upper", fontsize="small", ncol=ncol)
+        right.boxplot([acc for _, acc, _ in data], showmeans=True)
         right.set_xticks(range(1, len(data) + 1))
         right.set_xticklabels(
-            [label for label, _ in data], rotation=30, ha="right", fontsize="small"
+            [label for label, _, _ in data],
+            rotation=60 if len(data) > 8 else 30,
+            ha="right",
+            fontsize="small",
+        )
+        right.set_xlabel(
+            "box: quartiles, line: median, triangle: mean, whiskers: 1.5 IQR, circles: beyond",
+            fontsize="small",
         )
     left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.set_xlabel("client (sorted by accuracy)")
@@ -323,20 +450,74 @@ def _default_out_dir(runs: Sequence[RunRecord]) -> Path:
         return Path.cwd()
 
 
+def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """The run directories named by ``paths``, in order, each once.
+
+    A run directory (or its ``summary.json``) stands for itself; a folder without a
+    ``summary.json`` — a sweep or compare folder — for every run below it (sorted); other files
+    (the report's own PNGs, tables) are skipped.
+
+    Raises:
+        FedpartError: a path does not exist, or a folder has no run in or below it.
+    """
+    found: list[Path] = []
+    for given in paths:
+        p = Path(given)
+        if not p.exists():
+            raise FedpartError(f"not a fedpart run directory: {p} (does not exist)")
+        if p.is_file():
+            if p.name == "summary.json":
+                found.append(p.parent)
+            continue
+        if (p / "summary.json").is_file():
+            found.append(p)
+            continue
+        below = sorted(
+            s.parent for s in p.rglob("summary.json") if "checkpoint" not in s.parent.name
+        )
+        if not below:
+            raise FedpartError(f"not a fedpart run directory: {p} (no summary.json in or below it)")
+        found.extend(below)
+    unique: list[Path] = []
+    seen: set[Path] = set()
+    for run in found:
+        if run.resolve() not in seen:
+            seen.add(run.resolve())
+            unique.append(run)
+    return unique
+
+
+def write_report(
+    paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None = None
+) -> tuple[str, list[Path]]:
+    """Compare the runs in ``paths`` (see :func:`find_runs`): the markdown table and the PNGs
+    written, ``accuracy.png`` and ``clients.png`` in ``out_dir`` (default: the runs' common
+    parent directory).
+
+    Raises:
+        FedpartError: no path given, or a path that holds no run.
+    """
+    if not paths:
+        raise FedpartError("report: no run directories given")
+    runs = [load_run(p) for p in find_runs(paths)]
+    if not runs:
+        raise FedpartError("report: no run directories given (only other files)")
+    out = Path(out_dir) if out_dir is not None else _default_out_dir(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "accuracy.png", out / "clients.png"]
+    plot_accuracy(runs, written[0])
+    plot_client_accuracy(runs, written[1])
+    return compare_table(runs), written
+
+
 def report(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None = None) -> str:
     """Compare the runs in ``paths``: return the markdown table, write the plots.
 
     Writes ``accuracy.png`` (accuracy vs round) and ``clients.png`` (per-client accuracies) into
-    ``out_dir``, by default the runs' common parent directory.
+    ``out_dir``, by default the runs' common parent directory; :func:`write_report` also
+    returns their paths.
 
     Raises:
-        FedpartError: no path given, or a path is not a run directory.
+        FedpartError: no path given, or a path that holds no run.
     """
-    if not paths:
-        raise FedpartError("report: no run directories given")
-    runs = [load_run(p) for p in paths]
-    out = Path(out_dir) if out_dir is not None else _default_out_dir(runs)
-    out.mkdir(parents=True, exist_ok=True)
-    plot_accuracy(runs, out / "accuracy.png")
-    plot_client_accuracy(runs, out / "clients.png")
-    return compare_table(runs)
+    return write_report(paths, out_dir)[0]
