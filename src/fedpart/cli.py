@@ -40,16 +40,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = sim.run()
     s = result.summary
     acc = s["accuracy"]
+    # in % with two decimals, the unit of the compare, sweep and report tables
     line = (
-        f"{s['algorithm']} on {s['dataset']}: accuracy final {_num(acc['final'])}, "
-        f"best {_num(acc['best'])} (round {_num(acc['best_round'])}), "
-        f"weighted {_num(s['accuracy_weighted']['final'])}"
+        f"{s['algorithm']} on {s['dataset']}: accuracy final {_pct(acc['final'])}, "
+        f"best {_pct(acc['best'])} (round {_num(acc['best_round'])}), "
+        f"weighted {_pct(s['accuracy_weighted']['final'])}"
     )
     if "global_accuracy" in s:
-        line += f", global {_num(s['global_accuracy']['final'])}"
+        line += f", global {_pct(s['global_accuracy']['final'])}"
     print(line)
     print(f"results in {result.run_dir}")
     return 0
+
+
+def _pct(value: object) -> str:
+    """An accuracy (a fraction) as a percentage for the result line; ``-`` where there is none."""
+    return f"{100 * value:.2f}%" if isinstance(value, int | float) else "-"
 
 
 def _num(value: object) -> str:
