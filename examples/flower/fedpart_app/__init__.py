@@ -1,0 +1,1 @@
+"""A fedpart config run as a Flower app."""
