@@ -442,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FedpartError, OSError) as exc:
         return _report(exc)
     except KeyboardInterrupt:
+        if args.command == "sweep":  # its runs resume from their checkpoints when run again
+            print("\ninterrupted; run the same command again to resume the sweep", file=sys.stderr)
+            return 130
         print(
             "interrupted; continue with 'fedpart run --resume DIR' from the last checkpoint",
             file=sys.stderr,
