@@ -560,6 +560,18 @@ def plot_label_matrix(matrix: np.ndarray, path: str | os.PathLike, title: str = 
         cx, cy = np.nonzero(m)
         scale = 300.0 / m.max() if m.max() > 0 else 0.0
         ax.scatter(cx, cy, s=m[cx, cy] * scale, c="tab:red", alpha=0.6, edgecolors="none")
+        if scale:  # a key for the bubble areas, outside the axes so it hides no bubble
+            sizes = sorted({max(1, round(m.max() * f)) for f in (1.0, 0.5, 0.1)}, reverse=True)
+            for size in sizes:
+                ax.scatter([], [], s=size * scale, c="tab:red", alpha=0.6, label=f"{size}")
+            ax.legend(
+                title="samples",
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
+                labelspacing=1.5,
+                borderpad=1.0,
+                fontsize="small",
+            )
         ax.set_xlim(-0.5, num_clients - 0.5)
         ax.set_ylim(-0.5, num_classes - 0.5)
         ax.grid(True, alpha=0.3)
@@ -574,4 +586,4 @@ def plot_label_matrix(matrix: np.ndarray, path: str | os.PathLike, title: str = 
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="png", bbox_inches="tight")
