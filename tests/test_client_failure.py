@@ -25,6 +25,12 @@ DECENTRALIZED = sorted(n for n, c in ALGORITHMS.items() if c.setting == "decentr
 
 #: options a method needs to run on the two-hidden-layer MLP
 MLP_OPTIONS = {"fedseqlayer": {"unfreeze_rounds": [0, 2]}}
+#: smaller settings of the slowest methods (the test is about faults, not their accuracy)
+FAST_OPTIONS = {
+    "fedbabu": {"finetune_epochs": 1},
+    "fedseqlayer": {"finetune_epochs": 1},
+    "pa3dfl": {"line_search": 2, "depth": 1, "embed_dim": 8, "hidden_dim": 8},
+}
 
 
 def base(algorithm: str, tmp_path, **federation) -> dict:
@@ -34,15 +40,19 @@ def base(algorithm: str, tmp_path, **federation) -> dict:
         "dataset": {"name": "digits"},
         "partition": {"kind": "dirichlet", "num_clients": 5, "alpha": 0.5, "min_size": 30},
         "model": {"name": "mlp", "hidden": [16, 16]},
-        "algorithm": {"name": algorithm, **MLP_OPTIONS.get(algorithm, {})},
+        "algorithm": {
+            "name": algorithm,
+            **FAST_OPTIONS.get(algorithm, {}),
+            **MLP_OPTIONS.get(algorithm, {}),
+        },
         "federation": {"rounds": 4, "join_ratio": 1.0, "batch_size": 32, "lr": 0.05, **federation},
         "output": {"dir": str(tmp_path / "run"), "checkpoint_every": 2},
     }
     try:
         Simulation(Config.from_dict({**cfg, "federation": {"rounds": 1}}))
     except ConfigError:  # e.g. FedBN and FedAP need BatchNorm layers
-        cfg["model"] = {"name": "fedavgcnn", "padding": 2}
-        cfg["algorithm"] = {"name": algorithm}
+        cfg["model"] = {"name": "fedavgcnn", "padding": 2, "width": 8}
+        cfg["algorithm"] = {"name": algorithm, **FAST_OPTIONS.get(algorithm, {})}
     return cfg
 
 
