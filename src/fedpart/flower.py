@@ -122,7 +122,9 @@ def _from_record(record: Any) -> State:
 
 def _check_reply(reply: Message) -> None:
     if reply.has_error():
-        raise FedpartError(f"a Flower node failed: {reply.error.reason}")
+        # the node's reason may carry a traceback; its last line names the error
+        lines = str(reply.error.reason).strip().splitlines() or ["no reason given"]
+        raise FedpartError(f"Flower node {reply.metadata.src_node_id} failed: {lines[-1]}")
 
 
 class FlowerSimulation(Simulation):
@@ -338,8 +340,6 @@ def _mirror(config_text: str) -> Simulation:
     sim = _MIRRORS.get(key)
     if sim is None:
         import yaml
-
-        from fedpart.config import Config
 
         sim = Simulation(Config.from_dict(yaml.safe_load(config_text)))
         _MIRRORS.clear()  # one run per process at a time; release the previous run's data
