@@ -217,3 +217,10 @@ def test_stop_keeps_what_was_written_and_names_client_and_round(tmp_path, monkey
     monkeypatch.setattr(Algorithm, "local_update", local_update)
     resumed = fedpart.resume(run, ["federation.on_nonfinite=skip_client"])
     assert resumed.summary["rounds_completed"] == 4
+
+
+def test_late_updates_with_method_signals_resume(tmp_path, monkeypatch):
+    """FedCMD's uploads carry similarity signals beside model tensors; pending ones are
+    checkpointed with them."""
+    cfg = base("fedcmd", tmp_path, client_failure=0.4, client_failure_mode="straggle")
+    assert_resume_identical(cfg, tmp_path, monkeypatch)

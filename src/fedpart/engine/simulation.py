@@ -847,7 +847,8 @@ class Simulation:
                 seen.add(rest)
             elif kind in ("personal", "tailored", "late"):
                 client, _, key = rest.partition("/")
-                if not client.isdigit() or int(client) >= n or key not in ref:
+                # a late upload may carry what the method sends beside model tensors
+                if not client.isdigit() or int(client) >= n or (key not in ref and kind != "late"):
                     raise FedpartError(
                         f"the checkpoint does not fit this config: {name} names no client "
                         f"(0..{n - 1}) and model tensor; resume with the config the run was "
