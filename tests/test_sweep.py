@@ -152,8 +152,8 @@ def test_ray_dispatch_sends_each_unfinished_run_as_a_task(tiny, tmp_path, monkey
     assert outcomes[plan.jobs[0].run_dir]["state"] == "finished"
 
 
-def test_sweep_killed_halfway_resumes(tiny, tmp_path):
-    """The CLI killed (SIGKILL) in the second run's second round, then run again."""
+def test_sweep_killed_halfway_resumes(tiny, tmp_path, capsys):
+    """The CLI killed (SIGKILL) in the second run's second round, then run again (here)."""
     out = tmp_path / "K"
     cmd = [sys.executable, "-m", "fedpart.cli", "sweep", str(tiny), "algorithm.name=fedavg"]
     cmd += ["--seeds", "0,1", "--jobs", "1", "--out", str(out), "--quiet"]
@@ -162,15 +162,14 @@ def test_sweep_killed_halfway_resumes(tiny, tmp_path):
     assert killed.returncode != 0
     jobs = sw.plan(str(tiny), ["algorithm.name=fedavg"], [0, 1], out).jobs
     assert [j.state() for j in jobs] == ["finished", "interrupted"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert main(cmd[3:]) == 0
     runs = json.loads((out / "sweep.json").read_text())["cells"][0]["runs"]
     assert [r["state"] for r in runs] == ["finished", "finished"]
     rows = [
         json.loads(x) for x in (out / "all" / "seed1" / "metrics.jsonl").read_text().splitlines()
     ]
     assert [r["round"] for r in rows] == [0, 1, 2]
-    assert "| all | 2 |" in done.stdout
+    assert "| all | 2 |" in capsys.readouterr().out
 
 
 def test_sweep_cli_errors_are_one_line(tiny, capsys):
