@@ -126,7 +126,12 @@ def test_an_edited_round_counter_is_refused_in_one_line(cfg, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "seed, needle",
-    [("-1", "must be >= 0"), ("1e30", "at most 2**63-1"), ("2.5", "expected an integer")],
+    [
+        ("-1", "must be >= 0"),
+        ("1e30", "at most 2**63-1"),
+        ("1e999999999", "at most 2**63-1"),
+        ("2.5", "expected an integer"),
+    ],
 )
 def test_bad_seeds_are_one_line(cfg, tmp_path, capsys, seed, needle):
     assert run("run", cfg, f"seed={seed}", f"output.dir={tmp_path / 'o'}") == 2
@@ -156,8 +161,20 @@ def test_zero_rounds_finish_cleanly(cfg, tmp_path, capsys):
         (b"federation: {rounds: [\n", "not valid YAML (line 2)"),
         (b"[" * 5000, "nested too deeply"),
         (b"seed: 1\n" + b"federation:\n  rounds: 1\n  roundz: 2\n", "federation.roundz"),
+        (b"seed: " + b"1" * 5000 + b"\n", "not valid YAML"),
+        (b"seed: 2024-13-45\n", "not valid YAML"),
     ],
-    ids=["binary", "nul", "invalid-utf8", "list", "broken-yaml", "deep-nesting", "unknown-key"],
+    ids=[
+        "binary",
+        "nul",
+        "invalid-utf8",
+        "list",
+        "broken-yaml",
+        "deep-nesting",
+        "unknown-key",
+        "5000-digits",
+        "bad-date",
+    ],
 )
 def test_hostile_config_files_are_one_line(tmp_path, capsys, content, needle):
     path = tmp_path / "c.yaml"
@@ -181,6 +198,11 @@ def test_exponent_notation_is_a_float(tmp_path):
     assert (cfg.federation.lr, cfg.federation.weight_decay) == (0.001, 0.0005)
     assert cfg.federation.momentum == 0.9
     assert isinstance(cfg.federation.lr, float)
+
+
+def test_a_thread_count_that_would_stall_is_refused(cfg, capsys):
+    assert run("run", cfg, "engine.threads=100000") == 2
+    assert "engine.threads: must be <= 1024" in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1e400"])
