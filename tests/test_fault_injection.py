@@ -9,6 +9,7 @@ the random choices; see docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -85,7 +86,8 @@ class Harness:
         p.start()
         p.join(after if after is not None else 300)
         if p.is_alive():
-            os.kill(p.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may end in between
+                os.kill(p.pid, signal.SIGKILL)
             p.join()
         return p.exitcode
 
