@@ -39,7 +39,8 @@ def run_job(job: Job) -> dict:
     marker = job.run_dir / "FAILED"
     if marker.is_file():  # a run that diverged before: report it again, delete to retry
         return {"failed": marker.read_text().strip()}
-    if (job.run_dir / "checkpoint").is_dir():
+    # a kill between the two renames of a checkpoint rotation leaves only the previous one
+    if any((job.run_dir / name).is_dir() for name in ("checkpoint", "checkpoint.prev")):
         cmd = [sys.executable, "-m", "fedpart.cli", "run", "--resume", str(job.run_dir), "--quiet"]
     else:
         cmd = [

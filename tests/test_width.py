@@ -38,7 +38,7 @@ def zeroed_full_model(model: BlockModel, sub: dict, index: dict) -> BlockModel:
 CASES = [
     ("pa3dfl_cnn", (3, 32, 32), 100, {}),
     ("pa3dfl_cnn", (1, 28, 28), 10, {}),
-    ("fedavgcnn", (1, 28, 28), 10, {"norm": "batch"}),
+    ("fedavgcnn", (1, 28, 28), 10, {"norm": "bn"}),
     ("lenet5", (3, 32, 32), 10, {}),
     ("mlp", (20,), 10, {}),
     ("resnet18", (3, 8, 8), 10, {}),
