@@ -196,9 +196,18 @@ def narrow_for_capacity(model: nn.Module, p: float) -> nn.Module:
     if p >= 1.0:
         return model
     try:
-        return narrow_model(model, p)
+        narrow = narrow_model(model, p)
     except (ValueError, KeyError, TypeError) as exc:
         raise FedpartError(
             f"federation.capacity: the model {type(model).__name__} cannot be cut to width "
             f"{p:g}: {exc}"
         ) from exc
+    # The p-width model is trained from scratch, so it is initialised for its own fan-in (from
+    # torch's global RNG, seeded by the caller): slices of the full model's initialisation are
+    # scaled for the full fan-in, about √p too small per layer, and the signal vanishes through
+    # the layers (measured: FedAvg at p = 1/16 on Fashion-MNIST kept its loss at ln 10).
+    for module in narrow.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset) and module is not narrow:
+            reset()
+    return narrow
