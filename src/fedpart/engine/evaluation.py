@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
@@ -32,6 +34,25 @@ def evaluate_samples(
     return correct, losses
 
 
+#: computes the body features of several batches: ``[(body state, [pool index per batch])]``
+#: → per entry, the list of feature tensors of its batches (in order)
+FeatureMap = Callable[
+    [list[tuple[dict[str, torch.Tensor], list[torch.Tensor]]]], list[list[torch.Tensor]]
+]
+
+
+@torch.no_grad()
+def body_features(
+    model: BlockModel,
+    body: dict[str, torch.Tensor],
+    batches: list[torch.Tensor],
+    data: FederatedData,
+) -> list[torch.Tensor]:
+    """The body's output for each batch of pool indices (evaluation mode)."""
+    model.eval()
+    return [features(model, body, data.batch(index)[0]) for index in batches]
+
+
 @torch.no_grad()
 def evaluate_clients(
     model: BlockModel,
@@ -39,6 +60,7 @@ def evaluate_clients(
     indices: list[torch.Tensor],
     data: FederatedData,
     batch_size: int,
+    feature_map: FeatureMap | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per-sample (correct, loss) of every client's model ``states[i]`` on its samples
     ``indices[i]``, computed with as little repeated work as is exact.
@@ -48,6 +70,9 @@ def evaluate_clients(
     then applied to its own clients' rows. Clients whose whole models are the same objects
     (FedAvg) share the head call too. Since ``forward = classify ∘ features`` and evaluation is
     per sample (eval mode), the result equals evaluating each client on its own.
+
+    ``feature_map`` computes the body passes elsewhere (the process backend's workers): it gets
+    exactly the batches computed here otherwise, so the results are the same bit for bit.
     """
     model.eval()
     head = set(model.head_names)
@@ -56,21 +81,24 @@ def evaluate_clients(
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, state in enumerate(states):
         groups.setdefault(tuple(id(state[k]) for k in body_keys), []).append(i)
+    plans = []
     for members in groups.values():
-        sizes = [int(indices[i].numel()) for i in members]
         index = torch.cat([indices[i] for i in members]) if members else torch.empty(0)
-        body = states[members[0]]
-        feats, labels = [], []
-        for start in range(0, index.numel(), batch_size):
-            x, y = data.batch(index[start : start + batch_size])
-            feats.append(features(model, body, x))
-            labels.append(y)
+        batches = [index[s : s + batch_size] for s in range(0, index.numel(), batch_size)]
+        plans.append((members, index, batches))
+    work = [(states[members[0]], batches) for members, _, batches in plans]
+    if feature_map is not None:
+        computed = feature_map(work)
+    else:
+        computed = [body_features(model, body, batches, data) for body, batches in work]
+    for (members, index, _), feats in zip(plans, computed, strict=True):
         if not feats:
             for i in members:
                 empty = torch.empty(0)
                 results[i] = (empty.bool(), empty)
             continue
-        z, y = torch.cat(feats), torch.cat(labels)
+        sizes = [int(indices[i].numel()) for i in members]
+        z, y = torch.cat(feats), data.y[index]
         offsets = [0]
         for n in sizes:
             offsets.append(offsets[-1] + n)

@@ -12,7 +12,9 @@ tensors are moved to shared memory first, so every worker maps the same pages in
 holding a copy. Per round, each task carries its client's start state, recipe and optimiser
 settings (serialised with ``cloudpickle``, since recipes may hold closures such as FedProx's
 proximal term); results come back through shared memory. Methods with their own local update
-run in the driver, as on the Ray backend; aggregation, mixing and evaluation stay there too.
+run in the driver, as on the Ray backend; aggregation and mixing stay there too. Evaluation's
+body passes — most of its arithmetic — are spread over the same workers, batch for batch as
+the driver would compute them (``evaluation.evaluate_clients``' ``feature_map``).
 
 Worker processes are started with ``spawn`` (forking a process whose torch thread pools are
 already running is unsafe), which costs a second or two per run; the pool lives as long as the
@@ -28,6 +30,7 @@ import cloudpickle
 import torch
 import torch.multiprocessing as mp
 
+from fedpart.engine.evaluation import body_features
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
 
 #: one training job: (client, start state, recipe, settings, frozen blocks)
@@ -62,6 +65,11 @@ def _run(payload: bytes) -> TrainResult:
     )
 
 
+def _features(task: tuple[dict[str, torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
+    body, batches = task
+    return body_features(_WORKER["model"], body, batches, _WORKER["data"])
+
+
 def default_workers() -> int:
     """Worker processes for ``engine.workers=0``: the CPU cores this process may use."""
     try:
@@ -94,6 +102,25 @@ class ProcessTrainer:
         results = self.pool.map(_run, payloads, chunksize=1)
         by_position = dict(zip(order, results, strict=True))
         return {jobs[i][0]: by_position[i] for i in range(len(jobs))}
+
+    def features(
+        self, work: list[tuple[dict[str, torch.Tensor], list[torch.Tensor]]]
+    ) -> list[list[torch.Tensor]]:
+        """Evaluation's body passes (``evaluation.FeatureMap``) spread over the workers: the same
+        batches as in the driver, so the same numbers. A body shared by many clients (FedPer's)
+        has its batches cut into one contiguous run per worker."""
+        tasks: list[tuple[int, tuple[dict[str, torch.Tensor], list[torch.Tensor]]]] = []
+        split = len(work) < self.workers
+        for entry, (body, batches) in enumerate(work):
+            runs = self.workers if split else 1
+            step = max(1, -(-len(batches) // runs))
+            for start in range(0, max(len(batches), 1), step):
+                tasks.append((entry, (body, batches[start : start + step])))
+        out: list[list[torch.Tensor]] = [[] for _ in work]
+        results = self.pool.map(_features, [t for _, t in tasks])
+        for (entry, _), feats in zip(tasks, results, strict=True):
+            out[entry].extend(feats)
+        return out
 
     def close(self) -> None:
         self.pool.close()

@@ -420,6 +420,16 @@ class Simulation:
             out.update(zip(members, trained, strict=True))
         return out
 
+    def _feature_map(self) -> Any:
+        """The process backend's workers compute evaluation's body passes (same batches)."""
+        if self.backend != "processes":
+            return None
+        if self._remote is None:
+            from fedpart.engine.parallel import ProcessTrainer
+
+            self._remote = ProcessTrainer(self)
+        return self._remote.features
+
     def close_workers(self) -> None:
         """Stop the worker processes of the process backend, if any (Ray stays up: it may be a
         shared cluster)."""
@@ -581,7 +591,9 @@ class Simulation:
         bs = self.cfg.engine.eval_batch_size
         models = [self.algorithm.model_for(c) for c in clients]
         if all(m is self.model for m in models):
-            return evaluate_clients(self.model, states, index, self.data, bs)
+            return evaluate_clients(
+                self.model, states, index, self.data, bs, feature_map=self._feature_map()
+            )
         out: list[Any] = [None] * len(clients)
         groups: dict[int, list[int]] = {}
         for i, m in enumerate(models):
