@@ -11,8 +11,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.fedbn import builds_batchnorm, require_batchnorm
+from fedpart.algorithms.fedbn import LocalBatchNorm
 from fedpart.algorithms.holdout import split_train, train_on
 from fedpart.algorithms.registry import register
 from fedpart.engine.mixing import mix_states, tensor_bytes
@@ -20,7 +19,6 @@ from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import sample_clients
 from fedpart.engine.training import TrainResult
 from fedpart.errors import ConfigError, DataError
-from fedpart.models.base import batchnorm_keys
 
 State = dict[str, torch.Tensor]
 
@@ -170,7 +168,7 @@ def similarity_weights(distances: torch.Tensor, momentum: float) -> torch.Tensor
 
 
 @register
-class FedAP(Algorithm):
+class FedAP(LocalBatchNorm):
     """FL-bench's FedAP (from the authors' PersonalizedFL code), BatchNorm layers personal as in
     FedBN:
 
@@ -188,20 +186,10 @@ class FedAP(Algorithm):
     summary = "BatchNorm kept local; aggregation weighted by Wasserstein distance of BN statistics."
     setting = "cloud-edge"
     Options = FedAPOptions
-    model_defaults = {"norm": "bn"}
-    has_global_model = False
     backends = ("sequential",)  # its own local update
 
-    @classmethod
-    def supports(cls, cfg: Any) -> bool:
-        return builds_batchnorm(cfg, cls)
-
-    def personal_keys(self) -> set[str]:
-        bn = batchnorm_keys(self.sim.model, statistics=True, affine=True)
-        return super().personal_keys() | set(bn)
-
     def setup(self) -> None:
-        require_batchnorm(self)
+        super().setup()
         o = self.options
         rounds = self.sim.cfg.federation.rounds
         self.warmup = int(rounds * o.warmup_ratio) if o.warmup_rounds is None else o.warmup_rounds

@@ -43,14 +43,11 @@ def builds_batchnorm(cfg: Any, algo_cls: type[Algorithm]) -> bool:
     return bool(batchnorm_keys(model))
 
 
-@register
-class FedBN(Algorithm):
-    """Every client keeps its BatchNorm affine parameters (γ, β) and running statistics (μ, σ²);
-    the other tensors are averaged with data-size weights, w = Σ_{i∈S_t} n_i w_i / Σ n_i
-    (the paper's Algorithm 1: aggregation skips the BN layers)."""
+class LocalBatchNorm(Algorithm):
+    """BatchNorm affine parameters and running statistics stay on each client (FedBN; FedAP
+    builds on it): the model gets BatchNorm where it offers it, and ``fedpart compare`` leaves
+    the method out for a model without."""
 
-    name = "fedbn"
-    summary = "FedAvg with BatchNorm parameters and statistics kept on each client."
     model_defaults = {"norm": "bn"}
     # the server's tensors without BatchNorm are no client's model
     has_global_model = False
@@ -65,3 +62,13 @@ class FedBN(Algorithm):
 
     def setup(self) -> None:
         require_batchnorm(self)
+
+
+@register
+class FedBN(LocalBatchNorm):
+    """Every client keeps its BatchNorm affine parameters (γ, β) and running statistics (μ, σ²);
+    the other tensors are averaged with data-size weights, w = Σ_{i∈S_t} n_i w_i / Σ n_i
+    (the paper's Algorithm 1: aggregation skips the BN layers)."""
+
+    name = "fedbn"
+    summary = "FedAvg with BatchNorm parameters and statistics kept on each client."
