@@ -2,9 +2,9 @@
 bit for bit, for a centralized, a cloud-edge (per-client aggregation) and a decentralized method."""
 
 import pytest
-import torch
 
 import fedpart
+from resume_check import assert_same_run
 
 
 @pytest.mark.parametrize(
@@ -29,12 +29,7 @@ def test_processes_equal_sequential(tiny_cfg, algorithm, extra):
     )
     assert par.simulation.backend == "processes"
     assert par.simulation._remote is None  # the workers are stopped at the end of the run
-    for c in range(6):
-        a, b = seq.simulation.algorithm.eval_state(c), par.simulation.algorithm.eval_state(c)
-        assert all(torch.equal(a[k], b[k]) for k in a)
-    s1, s2 = dict(seq.summary), dict(par.summary)
-    s1.pop("wall_seconds"), s2.pop("wall_seconds")
-    assert s1 == s2
+    assert_same_run(seq, par)
 
 
 def test_methods_with_their_own_local_update_refuse_processes(tiny_cfg):

@@ -1,9 +1,9 @@
 """The Ray backend (a local 2-worker Ray) gives the sequential backend's numbers exactly."""
 
 import pytest
-import torch
 
 import fedpart
+from resume_check import assert_same_run
 
 ray = pytest.importorskip("ray")
 
@@ -30,9 +30,4 @@ def test_ray_equals_sequential(tiny_cfg, local_ray, algorithm, topology):
     seq = fedpart.run({**cfg, "engine": {"threads": 1, "backend": "sequential"}}, write=False)
     par = fedpart.run({**cfg, "engine": {"threads": 1, "backend": "ray"}}, write=False)
     assert par.simulation.backend == "ray"
-    for c in range(6):
-        a, b = seq.simulation.algorithm.eval_state(c), par.simulation.algorithm.eval_state(c)
-        assert all(torch.equal(a[k], b[k]) for k in a)
-    s1, s2 = dict(seq.summary), dict(par.summary)
-    s1.pop("wall_seconds"), s2.pop("wall_seconds")
-    assert s1 == s2
+    assert_same_run(seq, par)
