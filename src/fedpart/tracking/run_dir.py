@@ -116,15 +116,7 @@ class RunDir:
         """Replace ``name`` atomically: a reader (or a resume after a crash) sees the old or the
         new content, never a mixture."""
         tmp = self.path / f".{name}.tmp"
-        data = text.encode("utf-8")
-        with open(tmp, "wb") as fh:
-            if crash_point("file.torn"):
-                fh.write(data[: len(data) // 2])
-                fh.flush()
-                crash()
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_synced(tmp, "wb", text.encode("utf-8"), "file.torn")
         os.replace(tmp, self.path / name)
         _fsync_dir(self.path)
 
@@ -138,14 +130,7 @@ class RunDir:
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Append one row as one ``write`` and fsync it before the run goes on."""
         data = (json.dumps(row) + "\n").encode("utf-8")
-        with open(self.path / "metrics.jsonl", "ab") as fh:
-            if crash_point("metrics.torn"):
-                fh.write(data[: len(data) // 2])
-                fh.flush()
-                crash()
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_synced(self.path / "metrics.jsonl", "ab", data, "metrics.torn")
         if crash_point("metrics.append"):
             crash()
 
@@ -385,6 +370,19 @@ def _meta_problem(meta: dict[str, Any]) -> str | None:
         ):
             return "rows must be a list of metrics rows"
     return None
+
+
+def _write_synced(path: Path, mode: str, data: bytes, torn_point: str) -> None:
+    """One ``write`` of ``data`` and an fsync before returning; the fault-injection point
+    ``torn_point`` writes half of it and dies (a torn write)."""
+    with open(path, mode) as fh:
+        if crash_point(torn_point):
+            fh.write(data[: len(data) // 2])
+            fh.flush()
+            crash()
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _stats(rows: list[dict[str, Any]], key: str, last_k: int) -> dict[str, Any]:
