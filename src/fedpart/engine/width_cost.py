@@ -31,7 +31,10 @@ What the paper counts, found by matching the FedAvg row (``docs/capacity.md``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -224,13 +227,28 @@ def peak_training_memory(
     return (before + _cpu_step_peak(step)) / _MIB
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 for a while: the profiler's C++ layer prints a start and a stop
+    line per session there, which would bury a command's own output."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _cpu_step_peak(step: object) -> int:
     """The largest number of bytes the CPU allocator held for tensors created during ``step``."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
     assert callable(step)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     events: list[tuple[int, int, int]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
