@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -389,25 +389,21 @@ def holder_average(
     n = len(client_substates)
     if len(client_index_sets) != n:
         raise ValueError(f"{n} sub-states but {len(client_index_sets)} index sets")
-    w = _normalise(weights, n)
-    out: dict[str, Tensor] = {}
-    for key in full_state if keys is None else keys:
-        full = full_state[key]
-        acc = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
-        held = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
-        for sub, index, wi in zip(client_substates, client_index_sets, w, strict=True):
-            if wi == 0.0 or key not in sub:
-                continue
-            value = sub[key].to(device=full.device, dtype=torch.float64)
-            if key in index:
-                grid = _grid(full.shape, index[key], full.device)
-                acc.index_put_(grid, value * wi, accumulate=True)
-                held.index_put_(grid, torch.full_like(value, wi), accumulate=True)
-            else:
-                acc.add_(value, alpha=wi)
-                held.add_(wi)
-        out[key] = _finish(full, acc, held)
-    return out
+
+    def add(i: int, key: str, full: Tensor, acc: Tensor, held: Tensor, wi: float) -> None:
+        sub, index = client_substates[i], client_index_sets[i]
+        if key not in sub:
+            return
+        value = sub[key].to(device=full.device, dtype=torch.float64)
+        if key in index:
+            grid = _grid(full.shape, index[key], full.device)
+            acc.index_put_(grid, value * wi, accumulate=True)
+            held.index_put_(grid, torch.full_like(value, wi), accumulate=True)
+        else:
+            acc.add_(value, alpha=wi)
+            held.add_(wi)
+
+    return _holder_mean(full_state, keys, _normalise(weights, n), add)
 
 
 def masked_average(
@@ -426,24 +422,39 @@ def masked_average(
     n = len(client_states)
     if len(client_masks) != n:
         raise ValueError(f"{n} states but {len(client_masks)} masks")
-    w = _normalise(weights, n)
+
+    def add(i: int, key: str, full: Tensor, acc: Tensor, held: Tensor, wi: float) -> None:
+        if key not in client_states[i]:
+            return
+        value = client_states[i][key].to(device=full.device, dtype=torch.float64)
+        mask = client_masks[i].get(key)
+        if mask is None:
+            acc.add_(value, alpha=wi)
+            held.add_(wi)
+        else:
+            m = mask.to(device=full.device, dtype=torch.float64)
+            acc.addcmul_(value, m, value=wi)
+            held.add_(m, alpha=wi)
+
+    return _holder_mean(full_state, keys, _normalise(weights, n), add)
+
+
+def _holder_mean(
+    full_state: Mapping[str, Tensor],
+    keys: Sequence[str] | None,
+    weights: list[float],
+    add: Callable[[int, str, Tensor, Tensor, Tensor, float], None],
+) -> dict[str, Tensor]:
+    """Σ w_i·x_i / Σ w_i per coordinate over its holders, in float64; ``add`` puts client i's
+    weighted values and weights of ``key`` into the accumulators (the index-set or mask form)."""
     out: dict[str, Tensor] = {}
     for key in full_state if keys is None else keys:
         full = full_state[key]
         acc = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
         held = torch.zeros(full.shape, dtype=torch.float64, device=full.device)
-        for state, masks, wi in zip(client_states, client_masks, w, strict=True):
-            if wi == 0.0 or key not in state:
-                continue
-            value = state[key].to(device=full.device, dtype=torch.float64)
-            mask = masks.get(key)
-            if mask is None:
-                acc.add_(value, alpha=wi)
-                held.add_(wi)
-            else:
-                m = mask.to(device=full.device, dtype=torch.float64)
-                acc.addcmul_(value, m, value=wi)
-                held.add_(m, alpha=wi)
+        for i, wi in enumerate(weights):
+            if wi != 0.0:
+                add(i, key, full, acc, held, wi)
         out[key] = _finish(full, acc, held)
     return out
 
