@@ -37,3 +37,24 @@ def assert_same_run(a: fedpart.api.Result, b: fedpart.api.Result) -> None:
     s1, s2 = dict(a.summary), dict(b.summary)
     s1.pop("wall_seconds"), s2.pop("wall_seconds")
     assert s1 == s2
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+
+
+def run_quickstart_uniform(algorithm: str, run_dir: Path) -> object:
+    """``fedpart run configs/quickstart.yaml algorithm.name=X federation.capacity=uniform
+    federation.rounds=2`` into ``run_dir`` through the CLI; returns its exit code."""
+    from fedpart.cli import main
+
+    return main(
+        [
+            "run",
+            str(QUICKSTART),
+            f"algorithm.name={algorithm}",
+            "federation.capacity=uniform",
+            "federation.rounds=2",
+            f"output.dir={run_dir}",
+            "--quiet",
+        ]
+    )

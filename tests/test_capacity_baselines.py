@@ -12,7 +12,7 @@ from fedpart.config import Config
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.simulation import Simulation
 from fedpart.models.width import kept_count
-from resume_check import assert_resume_bit_identical
+from resume_check import assert_resume_bit_identical, run_quickstart_uniform
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 
@@ -231,16 +231,7 @@ def test_tailorfl_resume_is_bit_identical(tiny_cfg, tmp_path):
 @pytest.mark.parametrize("algorithm", ["fjord", "tailorfl", "flanc", "pfedgate"])
 def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = [
-        "run",
-        str(QUICKSTART),
-        f"algorithm.name={algorithm}",
-        "federation.capacity=uniform",
-        "federation.rounds=2",
-        f"output.dir={tmp_path / 'run'}",
-        "--quiet",
-    ]
-    assert main(args) in (0, None)
+    assert run_quickstart_uniform(algorithm, tmp_path / "run") in (0, None)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["accuracy"]["final"] is not None
 

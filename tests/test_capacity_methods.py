@@ -7,13 +7,12 @@ import torch
 from safetensors.torch import load_file
 
 import fedpart
-from fedpart.cli import main
 from fedpart.config import Config, load_config
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
 from fedpart.models.width import kept_count, model_index_sets
-from resume_check import assert_resume_bit_identical
+from resume_check import assert_resume_bit_identical, run_quickstart_uniform
 
 
 def _cfg(tiny_cfg, algorithm, rounds=1, **federation):
@@ -136,20 +135,7 @@ def test_fedrolex_resume_is_bit_identical(tiny_cfg, tmp_path):
 @pytest.mark.parametrize("algorithm", ["fedavg", "heterofl", "fedrolex"])
 def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    from pathlib import Path
-
-    config = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
-    code = main(
-        [
-            "run",
-            str(config),
-            f"algorithm.name={algorithm}",
-            "federation.capacity=uniform",
-            "federation.rounds=2",
-            f"output.dir={tmp_path / 'run'}",
-            "--quiet",
-        ]
-    )
+    code = run_quickstart_uniform(algorithm, tmp_path / "run")
     assert code in (0, None)
     clients = json.loads((tmp_path / "run" / "clients.json").read_text())
     assert len(clients["width"]) == 20 and min(clients["width"]) == 1 / 16

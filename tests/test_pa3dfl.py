@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from fedpart.algorithms.pa3dfl import block_p_min, factorized_model, line_search
-from fedpart.cli import main
 from fedpart.config import Config
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.hypernetwork import HyperNetwork, hypernetwork_step
@@ -16,7 +15,7 @@ from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
 from fedpart.models.cnn import Pa3dFLCNN
-from resume_check import assert_resume_bit_identical
+from resume_check import assert_resume_bit_identical, run_quickstart_uniform
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 
@@ -227,17 +226,7 @@ def test_unsupported_model_and_bad_options_are_one_line_errors(tiny_cfg):
 @pytest.mark.parametrize("algorithm", ["pa3dfl", "pfedhn"])
 def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code = main(
-        [
-            "run",
-            str(QUICKSTART),
-            f"algorithm.name={algorithm}",
-            "federation.capacity=uniform",
-            "federation.rounds=2",
-            f"output.dir={tmp_path / 'run'}",
-            "--quiet",
-        ]
-    )
+    code = run_quickstart_uniform(algorithm, tmp_path / "run")
     assert code in (0, None)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["rounds_completed"] == 2
