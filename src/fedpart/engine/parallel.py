@@ -31,6 +31,7 @@ import torch
 import torch.multiprocessing as mp
 
 from fedpart.engine.evaluation import body_features
+from fedpart.engine.store import compact_state
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
 
 #: one training job: (client, start state, recipe, settings, frozen blocks)
@@ -112,6 +113,7 @@ class ProcessTrainer:
         tasks: list[tuple[int, tuple[dict[str, torch.Tensor], list[torch.Tensor]]]] = []
         split = len(work) < self.workers
         for entry, (body, batches) in enumerate(work):
+            body = compact_state(body)
             runs = self.workers if split else 1
             step = max(1, -(-len(batches) // runs))
             for start in range(0, max(len(batches), 1), step):

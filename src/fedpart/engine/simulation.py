@@ -23,7 +23,7 @@ from fedpart.engine.decentralized import Exchange
 from fedpart.engine.evaluation import evaluate_clients, evaluate_samples
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.seeding import numpy_rng, seed_for
-from fedpart.engine.store import ClientStateStore
+from fedpart.engine.store import ClientStateStore, compact_state
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
 from fedpart.errors import FedpartError, TrainingError
 from fedpart.models import BlockModel, build_model
@@ -458,7 +458,13 @@ class Simulation:
                 self._remote = ProcessTrainer(self)
         frozen = algo.frozen_blocks(rnd)
         jobs = [
-            (c, algo.start_state(rnd, c), algo.recipe(rnd, c), self.train_settings(rnd, c), frozen)
+            (
+                c,
+                compact_state(algo.start_state(rnd, c)),
+                algo.recipe(rnd, c),
+                self.train_settings(rnd, c),
+                frozen,
+            )
             for c in clients
         ]
         return self._remote.train(jobs, rnd)

@@ -143,3 +143,18 @@ def unpack_clients(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[int, S
         client, _, key = rest.partition("/")
         out.setdefault(int(client), {})[key] = value
     return out
+
+
+def compact_state(state: State) -> State:
+    """``state`` with every tensor that is a view into a larger storage copied into its own.
+
+    Pickling a tensor (for a worker process or a Ray task) ships its whole storage: a client's
+    start state holding views of a stacked [clients × ...] tensor — a decentralized method's
+    mixed states — would ship every client's parameters with each job (measured: 230 MB per
+    DFedPGP job on 100 MNIST clients instead of 2.3 MB). Tensors that own their storage are
+    passed through unchanged; values are never altered."""
+    out = {}
+    for key, t in state.items():
+        whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
+        out[key] = t if whole else t.clone()
+    return out
