@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fedpart.errors import FedpartError
 
@@ -217,6 +217,104 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     if marked:
         lines += ["", FINAL_STAGE_NOTE]
+    return "\n".join(lines)
+
+
+#: without ``capacity_group_labels``, group numbers above this are taken for damage
+_MAX_UNLABELLED_GROUPS = 100
+
+
+class GroupAccuracy(NamedTuple):
+    """The final accuracy of one capacity group of a run."""
+
+    #: the group's interval of capacity ratios ``r``, e.g. ``"(0.2, 0.4]"``
+    label: str
+    #: mean final accuracy (a fraction) of the group's clients with a test accuracy; ``None``
+    #: when none has one
+    accuracy: float | None
+    #: number of clients in the group (those without test data included)
+    clients: int
+
+
+def capacity_group_accuracy(run: RunRecord) -> list[GroupAccuracy]:
+    """Mean final test accuracy per capacity group of a run (Pa3dFL's Fig. 2).
+
+    Reads ``clients.json``: ``capacity_groups`` (each client's group, ``0`` = lowest capacity,
+    see :func:`fedpart.engine.capacity.capacity_groups`: equal-width intervals of ``r`` over
+    ``(0, 1]``), ``capacity_group_labels`` (the groups' names) and ``client_accuracy``. Every
+    labelled group is returned, in group order, empty ones too (``accuracy=None, clients=0``).
+    A client without a test accuracy (``None``, no test data) counts in ``clients`` but not in
+    the mean. Without ``capacity_group_labels`` the groups are named ``"group <g>"``.
+
+    Returns:
+        One :class:`GroupAccuracy` per group; an empty list when the run has no capacity groups
+        to compare: ``clients.json`` has no ``capacity_groups`` (a run from before capacity
+        profiles), every client's ``capacity`` is 1 (``federation.capacity: ideal``, the
+        default: every client in the top group), or it does not pair one group (a labelled one;
+        without labels, one of the first 100) with one accuracy per client.
+    """
+    clients = run.clients or {}
+    groups = clients.get("capacity_groups")
+    accuracies = clients.get("client_accuracy")
+    if not isinstance(groups, list) or not groups or not isinstance(accuracies, list):
+        return []
+    if len(groups) != len(accuracies) or not all(
+        isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in groups
+    ):
+        return []
+    capacity = clients.get("capacity")
+    if isinstance(capacity, list) and all(_is_number(r) and float(r) == 1.0 for r in capacity):
+        return []  # the ideal profile: no capacity heterogeneity
+    labels = clients.get("capacity_group_labels")
+    if isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels):
+        names = list(labels)
+    else:
+        names = [f"group {g}" for g in range(min(max(groups) + 1, _MAX_UNLABELLED_GROUPS))]
+    if max(groups) >= len(names):
+        return []  # a group without a label, or a damaged file
+    result = []
+    for g, name in enumerate(names):
+        members = [a for grp, a in zip(groups, accuracies, strict=True) if grp == g]
+        values = [float(a) for a in members if _is_number(a)]
+        mean = sum(values) / len(values) if values else None
+        result.append(GroupAccuracy(name, mean, len(members)))
+    return result
+
+
+def _group_header(rows: Sequence[tuple[str, list[GroupAccuracy]]]) -> list[str]:
+    """The group labels of all runs, each once, in the order they first appear."""
+    return list(dict.fromkeys(g.label for _, groups in rows for g in groups))
+
+
+CAPACITY_TABLE_TITLE = (
+    "Final accuracy % per capacity group r (mean over the group's clients; clients in the group)"
+)
+
+
+def capacity_group_table(runs: Sequence[RunRecord]) -> str:
+    """A markdown table of :func:`capacity_group_accuracy`: one row per run that has capacity
+    groups (labelled as in :func:`compare_table`), one column per group (headed by its ``r``
+    interval), cells ``"mean % (clients)"`` (``-`` for a group without an evaluated client).
+    Runs without capacity groups are left out; without any such run, the empty string."""
+    rows = [
+        (label, capacity_group_accuracy(run))
+        for run, label in zip(runs, _labels(runs), strict=True)
+    ]
+    rows = [(label, groups) for label, groups in rows if groups]
+    if not rows:
+        return ""
+    header = _group_header(rows)
+    lines = [
+        "| run | " + " | ".join(_cell(h) for h in header) + " |",
+        "|" + "|".join("---" for _ in range(len(header) + 1)) + "|",
+    ]
+    for label, groups in rows:
+        by_label = {g.label: g for g in groups}
+        cells = [
+            f"{_pct(by_label[h].accuracy)} ({by_label[h].clients})" if h in by_label else "-"
+            for h in header
+        ]
+        lines.append("| " + " | ".join([_cell(label), *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -443,6 +541,54 @@ def plot_client_accuracy(runs: Sequence[RunRecord], path: str | os.PathLike) -> 
     _save(fig, path)
 
 
+def plot_capacity_groups(runs: Sequence[RunRecord], path: str | os.PathLike) -> bool:
+    """PNG of the mean final accuracy per capacity group (Pa3dFL's Fig. 2): x = the group's
+    interval of ``r``, y = mean accuracy (%), one line with markers per run that has capacity
+    groups (:func:`capacity_group_accuracy`), styled by :func:`run_styles`, legend outside the
+    axes. A group without an evaluated client is a gap in its run's line.
+
+    Returns:
+        Whether the PNG was written: ``False`` (and no file) when no run has capacity groups.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    data = [
+        (label, capacity_group_accuracy(run))
+        for run, label in zip(runs, _labels(runs), strict=True)
+    ]
+    data = [(label, groups) for label, groups in data if groups]
+    if not data:
+        return False
+    header = _group_header(data)
+    ncol = _legend_columns(len(data))
+    fig, (ax,) = _figure(
+        width=7.5 + 2.6 * ncol,
+        height=max(4.5, 0.2 * len(data) / ncol + 1.5),
+        layout="constrained",
+    )
+    for (label, groups), style in zip(data, run_styles(len(data)), strict=True):
+        by_label = {g.label: g.accuracy for g in groups}
+        ys = [100 * acc if (acc := by_label.get(h)) is not None else math.nan for h in header]
+        ax.plot(
+            range(len(header)),
+            ys,
+            **{**style, "marker": style["marker"] or "o"},
+            markersize=5,
+            linewidth=1.4,
+            label=label,
+        )
+    fig.legend(loc="outside right upper", fontsize="small", ncol=ncol)
+    ax.set_xticks(range(len(header)))
+    ax.set_xticklabels(header, rotation=30 if len(header) > 6 else 0, fontsize="small")
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=10))
+    ax.set_xlabel("capacity group (capacity ratio r)")
+    ax.set_ylabel("mean final accuracy (%)")
+    ax.set_title("personalised test accuracy per capacity group", fontsize="medium")
+    ax.grid(True, alpha=0.3)
+    _save(fig, path)
+    return True
+
+
 def _default_out_dir(runs: Sequence[RunRecord]) -> Path:
     try:
         return Path(os.path.commonpath([str(r.path.resolve().parent) for r in runs]))
@@ -490,9 +636,13 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
 def write_report(
     paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None = None
 ) -> tuple[str, list[Path]]:
-    """Compare the runs in ``paths`` (see :func:`find_runs`): the markdown table and the PNGs
+    """Compare the runs in ``paths`` (see :func:`find_runs`): the report text and the PNGs
     written, ``accuracy.png`` and ``clients.png`` in ``out_dir`` (default: the runs' common
     parent directory).
+
+    The text is the :func:`compare_table`; when any run has capacity groups
+    (``federation.capacity``), followed by the :func:`capacity_group_table` of those runs, and
+    ``capacity_groups.png`` (:func:`plot_capacity_groups`) is written too.
 
     Raises:
         FedpartError: no path given, or a path that holds no run.
@@ -507,14 +657,21 @@ def write_report(
     written = [out / "accuracy.png", out / "clients.png"]
     plot_accuracy(runs, written[0])
     plot_client_accuracy(runs, written[1])
-    return compare_table(runs), written
+    text = compare_table(runs)
+    groups = capacity_group_table(runs)
+    if groups:
+        text += f"\n\n{CAPACITY_TABLE_TITLE}\n\n{groups}"
+        if plot_capacity_groups(runs, out / "capacity_groups.png"):
+            written.append(out / "capacity_groups.png")
+    return text, written
 
 
 def report(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None = None) -> str:
     """Compare the runs in ``paths``: return the markdown table, write the plots.
 
     Writes ``accuracy.png`` (accuracy vs round) and ``clients.png`` (per-client accuracies) into
-    ``out_dir``, by default the runs' common parent directory; :func:`write_report` also
+    ``out_dir``, by default the runs' common parent directory, and ``capacity_groups.png``
+    (accuracy per capacity group) when a run has capacity groups; :func:`write_report` also
     returns their paths.
 
     Raises:
