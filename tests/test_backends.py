@@ -103,3 +103,31 @@ def test_auto_picks_the_fastest_exact_backend(tiny_cfg):
     with pytest.raises(FedpartError, match="BatchNorm"):
         backend("fedper", engine="batched", model="lenet5")
     assert Simulation(Config.from_dict(tiny_cfg)).backend == "sequential"
+
+
+def test_auto_runs_worker_processes_only_where_a_round_pays_for_them(tiny_cfg, monkeypatch):
+    """``auto`` on a CPU with several cores: processes for a round of at least
+    ``PARALLEL_MIN_MACS`` multiply-adds, sequential below it, for a method without the process
+    backend, with one core, or inside a parallel sweep (``FEDPART_AUTO_WORKERS=0``)."""
+    import fedpart.engine.parallel as parallel
+    import fedpart.engine.simulation as simulation
+
+    def backend(algo="fedper"):
+        cfg = Config.from_dict({**tiny_cfg, "algorithm": {"name": algo}})
+        return Simulation(cfg, quiet=True).backend
+
+    monkeypatch.setattr(parallel, "default_workers", lambda: 2)
+    cfg = Config.from_dict({**tiny_cfg, "algorithm": {"name": "fedper"}})
+    sim = Simulation(cfg, quiet=True)
+    macs = simulation.round_macs(cfg, sim.algorithm, sim.model, sim.data)
+    # 3 of 6 clients, ~40 samples each, one epoch of a 64·32 + 32·10 MLP: about 3·40·3·2.4k
+    assert 1e5 < macs < 1e7
+    assert backend() == "sequential"  # the tiny round does not pay for workers
+    monkeypatch.setattr(simulation, "PARALLEL_MIN_MACS", macs)
+    assert backend() == "processes"
+    assert backend("ditto") == "sequential"  # its own local update: no process backend
+    monkeypatch.setenv("FEDPART_AUTO_WORKERS", "0")
+    assert backend() == "sequential"
+    monkeypatch.delenv("FEDPART_AUTO_WORKERS")
+    monkeypatch.setattr(parallel, "default_workers", lambda: 1)
+    assert backend() == "sequential"

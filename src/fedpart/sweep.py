@@ -349,7 +349,9 @@ def execute(
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(
+            min(workers, len(todo)), mp_context=ctx, initializer=_one_process_per_run
+        ) as pool:
             pending = {pool.submit(runner, config, j.overrides, str(j.run_dir)): j for j in todo}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -359,6 +361,18 @@ def execute(
         for job in todo:
             done(job, runner(config, job.overrides, str(job.run_dir)))
     return outcomes
+
+
+def _one_process_per_run() -> None:
+    """Runs of a parallel sweep already fill the cores: ``engine.backend=auto`` keeps each in
+    its own process (``simulation.resolve_backend``)."""
+    os.environ["FEDPART_AUTO_WORKERS"] = "0"
+
+
+def _run_alone(runner: Runner, config: str, overrides: list[str], run_dir: str) -> dict[str, Any]:
+    """``runner`` in a one-CPU Ray task, ``engine.backend=auto`` kept in its process."""
+    _one_process_per_run()
+    return runner(config, overrides, run_dir)
 
 
 def _execute_ray(
@@ -384,8 +398,8 @@ def _execute_ray(
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise FedpartError(f"--ray-address {address}: cannot connect to Ray ({exc})") from exc
-    task = ray.remote(num_cpus=1)(runner)
-    refs = {task.remote(config, j.overrides, str(j.run_dir)): j for j in todo}
+    task = ray.remote(num_cpus=1)(_run_alone)
+    refs = {task.remote(runner, config, j.overrides, str(j.run_dir)): j for j in todo}
     while refs:
         ready, _ = ray.wait(list(refs), num_returns=1)
         for ref in ready:

@@ -71,6 +71,13 @@ __all__ = [
 MB = 1024 * 1024
 #: the acceptance target of ``scale1000``: peak process memory below this
 SCALE_TARGET_BYTES = 3 * 1024**3
+#: ... and with more than 1,000 clients (10,000: one round under 4 GB)
+SCALE_TARGET_LARGE_BYTES = 4 * 1024**3
+
+
+def scale_target(clients: int) -> int:
+    """The peak-memory target of a scale round with ``clients`` clients."""
+    return SCALE_TARGET_BYTES if clients <= 1000 else SCALE_TARGET_LARGE_BYTES
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -220,14 +227,40 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def children_rss_bytes(page: int = 4096) -> int:
+    """The summed resident set size of this process's child processes (worker processes; 0
+    where ``/proc`` is missing). Pages shared with this process (the data pool in shared memory)
+    are counted in every process that maps them, so the sum is an upper bound."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                pids = f.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{int(pid)}/statm", "rb") as f:
+                    total += int(f.read().split()[1]) * page
+            except (OSError, ValueError, IndexError):
+                continue
+    return total
+
+
 class RssSampler:
     """Samples the process RSS every ``interval`` seconds in a background thread.
 
     ``baseline``: the RSS when entered; ``peak``: the highest RSS seen (the last sample is taken
-    on exit); ``delta``: ``peak - baseline``.
+    on exit); ``delta``: ``peak - baseline``. With ``children=True`` every sample adds the RSS of
+    the child processes (:func:`children_rss_bytes`).
     """
 
-    def __init__(self, interval: float = 0.01) -> None:
+    def __init__(self, interval: float = 0.01, children: bool = False) -> None:
+        self.children = children
         self.interval = interval
         self.baseline = 0
         self.peak = 0
@@ -244,6 +277,8 @@ class RssSampler:
             while not self._stop.is_set():
                 f.seek(0)
                 value = int(f.read().split()[1]) * self._page
+                if self.children:
+                    value += children_rss_bytes(self._page)
                 if value > self.peak:
                     self.peak = value
                 self._stop.wait(self.interval)
@@ -257,7 +292,8 @@ class RssSampler:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.peak = max(self.peak, rss_bytes())
+        last = rss_bytes() + (children_rss_bytes(self._page) if self.children else 0)
+        self.peak = max(self.peak, last)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -648,7 +684,8 @@ def run_scale(w: Workload, opts: BenchOptions, cache: DataCache, log: Callable) 
     log(f"[bench] {w.name}: partition + one round ...")
     release_memory()
     try:
-        with RssSampler() as mem:
+        # with the process backend, the workers' memory counts too
+        with RssSampler(children=True) as mem:
             t0 = time.perf_counter()
             data = build_federated_data(cfg, cache.bundle(cfg))
             t1 = time.perf_counter()
@@ -656,11 +693,14 @@ def run_scale(w: Workload, opts: BenchOptions, cache: DataCache, log: Callable) 
             t2 = time.perf_counter()
             row = sim.run_round(0)
             t3 = time.perf_counter()
-            train_peak = max(mem.peak, rss_bytes())
+            train_peak = max(mem.peak, rss_bytes() + children_rss_bytes())
             ev = sim.evaluate()
             t4 = time.perf_counter()
             personal = sim.store.personal_bytes()
             backend = sim.backend
+            if backend == "processes":
+                backend += f" x{sim._remote.workers}" if sim._remote is not None else ""
+            sim.close_workers()
             del sim
     except FedpartError as exc:
         return WorkloadResult(w, w.title, skipped=str(exc))
@@ -774,7 +814,7 @@ SCALE_COLUMNS = [
     "peak RSS MB",
     "peak RSS by end of training MB",
     "personal state MB",
-    "peak < 3 GB",
+    "peak under target",
 ]
 
 
@@ -831,7 +871,8 @@ def scale_table(s: dict[str, Any]) -> list[str]:
         f"{s['peak_bytes'] / MB:,.0f}",
         f"{s['train_peak_bytes'] / MB:,.0f}",
         f"{s['personal_bytes'] / MB:,.1f}",
-        "yes" if s["peak_bytes"] < SCALE_TARGET_BYTES else "NO",
+        ("yes" if s["peak_bytes"] < scale_target(s["clients"]) else "NO")
+        + f" (< {scale_target(s['clients']) // 1024**3} GB)",
     ]
     return _table(SCALE_COLUMNS, [row])
 
@@ -871,7 +912,8 @@ def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s:
                 "",
                 "One round of `engine.backend=auto` (training of the sampled clients + "
                 "aggregation), then evaluation of every client; no warm-up; peak RSS is the "
-                f"whole process's (target < 3 GB). Accuracy after the round: "
+                "whole process's plus its worker processes' (pages of the shared data pool "
+                "counted once per process: an upper bound). Accuracy after the round: "
                 f"{_num(None if acc is None else 100 * acc, '.2f')} %.",
             ]
             continue

@@ -99,8 +99,9 @@ class ProcessTrainer:
         """Train ``jobs`` (one per client) in the workers; the longest clients are handed out
         first so that the last worker to finish waits as little as possible."""
         order = sorted(range(len(jobs)), key=lambda i: -self.sizes[jobs[i][0]])
-        payloads = [cloudpickle.dumps((*jobs[i], rnd)) for i in order]
-        results = self.pool.map(_run, payloads, chunksize=1)
+        # serialised lazily, by the pool's task feeder, while the workers train the first jobs
+        payloads = (cloudpickle.dumps((*jobs[i], rnd)) for i in order)
+        results = list(self.pool.imap(_run, payloads, chunksize=1))
         by_position = dict(zip(order, results, strict=True))
         return {jobs[i][0]: by_position[i] for i in range(len(jobs))}
 

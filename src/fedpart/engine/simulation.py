@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -60,13 +61,41 @@ class Result:
     simulation: Simulation | None = field(default=None, repr=False)
 
 
-def resolve_backend(cfg: Config, algorithm: Any, model: BlockModel) -> str:
+#: ``engine.backend=auto`` runs worker processes on a CPU with several cores when a round's
+#: local training is at least this many multiply-adds (forward + backward): below it, starting
+#: the workers and moving states cost more than the second core saves. Measured by
+#: ``fedpart bench --workers`` (``docs/results/performance.md``): the quick start's rounds
+#: (~10⁸–10⁹ multiply-adds) ran 3× slower in two processes, FedPer's and FedRep's MNIST rounds
+#: (~10¹¹) 1.9× faster than one process.
+PARALLEL_MIN_MACS = 1e10
+
+
+def round_macs(cfg: Config, algorithm: Any, model: BlockModel, data: FederatedData) -> float:
+    """An estimate of one round's local-training multiply-adds: the participants' training
+    samples × local epochs × the whole model's forward + backward multiply-adds per sample."""
+    n = data.num_clients
+    per_round = (
+        n if algorithm.setting == "decentralized" else max(1, round(cfg.federation.join_ratio * n))
+    )
+    mean_train = sum(c.num_train for c in data.clients) / max(1, n)
+    counter = MacCounter(model, tuple(data.bundle.input_shape), data.num_classes)
+    state = dict(model.state_dict())
+    per_sample = counter.per_sample(state, [k for k, _ in model.named_parameters()])
+    return per_round * mean_train * cfg.federation.local_epochs * per_sample
+
+
+def resolve_backend(
+    cfg: Config, algorithm: Any, model: BlockModel, data: FederatedData | None = None
+) -> str:
     """The backend a run uses: ``auto`` is the fastest exact one the method and model support.
 
-    On the CPU that is the sequential backend: ``fedpart bench`` measured the vmap-batched
-    training at 0.6–0.8× of it for 28×28 CNNs (per-client convolutions fit in cache, stacked ones
-    do not). On a GPU, where one kernel per step for all clients removes the launch overhead of
-    many small ones, it is the batched backend wherever the method and model allow it.
+    On a GPU it is the batched backend wherever the method and model allow it (one kernel per
+    step for all clients removes the launch overhead of many small ones). On a CPU with more than
+    one core it is the process backend (the sequential backend's numbers, bit for bit) when the
+    method supports it and a round trains at least :data:`PARALLEL_MIN_MACS` multiply-adds; else
+    the sequential backend (``fedpart bench`` measured the vmap-batched training at 0.6–0.8× of
+    it for 28×28 CNNs on a CPU). ``FEDPART_AUTO_WORKERS=0`` in the environment keeps ``auto``
+    in one process: ``fedpart sweep --jobs N`` sets it, its runs already filling the cores.
     """
     wanted = cfg.engine.backend
     supported = type(algorithm).backends
@@ -76,6 +105,17 @@ def resolve_backend(cfg: Config, algorithm: Any, model: BlockModel) -> str:
 
             if can_batch(model, []) is None:
                 return "batched"
+        if (
+            "processes" in supported
+            and data is not None
+            and not cfg.engine.device.startswith("cuda")
+            and os.environ.get("FEDPART_AUTO_WORKERS", "") != "0"
+        ):
+            from fedpart.engine.parallel import default_workers
+
+            workers = cfg.engine.workers or default_workers()
+            if workers > 1 and round_macs(cfg, algorithm, model, data) >= PARALLEL_MIN_MACS:
+                return "processes"
         return "sequential"
     if wanted not in supported:
         raise FedpartError(
@@ -199,7 +239,7 @@ class Simulation:
         if self.algorithm.setting == "decentralized":
             self.topology = build_topology(cfg, data.num_clients, self.algorithm.default_topology)
         self.exchange: Exchange | None = None
-        self.backend = resolve_backend(cfg, self.algorithm, self.model)
+        self.backend = resolve_backend(cfg, self.algorithm, self.model, data)
         self._remote: Any = None
         self.algorithm.setup()
         self.rounds_completed = 0
