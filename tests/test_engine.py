@@ -180,3 +180,24 @@ def test_shared_body_evaluation_equals_per_client(tiny_cfg, algorithm):
         ok, loss = evaluate_samples(sim.model, states[c], sim.data, index[c], 64)
         assert torch.equal(together[c][0], ok)
         torch.testing.assert_close(together[c][1], loss, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(37, 11), (512, 1024)])
+def test_averaging_in_column_blocks_is_bit_identical(monkeypatch, shape):
+    """A large tensor is averaged a block of columns at a time (so that 1,000 uploads are never
+    stacked whole); every coordinate gets the same products and sums as stacking everything."""
+    import fedpart.engine.mixing as mixing
+
+    gen = torch.Generator().manual_seed(0)
+    n = 23 if shape == (37, 11) else 300
+    states = [
+        {"w": torch.randn(*shape, generator=gen), "n": torch.randint(0, 9, (5,), generator=gen)}
+        for _ in range(n)
+    ]
+    weights = torch.rand(n, generator=gen, dtype=torch.float64).tolist()
+    whole = mixing.weighted_average(states, weights, ["w", "n"])
+    monkeypatch.setattr(mixing, "MIX_BLOCK_ELEMENTS", n * 5)  # 5 columns per block
+    blocks = mixing.weighted_average(states, weights, ["w", "n"])
+    assert torch.equal(whole["w"], blocks["w"]) and torch.equal(whole["n"], blocks["n"])
+    assert blocks["w"].shape == shape
+    assert not torch.equal(whole["w"], states[0]["w"])  # something was mixed

@@ -149,6 +149,8 @@ class BenchOptions:
     min_size: int | None = None
     scale_clients: int | None = None
     scale_min_size: int | None = None
+    #: Dirichlet α of the scale workload's partition (the others use 0.1)
+    scale_alpha: float = 0.1
     seed: int = 0
     out: str | None = None
     argv: list[str] = field(default_factory=list)
@@ -193,7 +195,7 @@ def workload_config(w: Workload, opts: BenchOptions, backend: str, workers: int 
             "partition": {
                 "kind": "dirichlet",
                 "num_clients": clients,
-                "alpha": 0.1,
+                "alpha": opts.scale_alpha if w.scale else 0.1,
                 "min_size": min_size,
                 "split": [0.75, 0.0, 0.25],
             },
@@ -998,6 +1000,13 @@ def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
         help="min_size of scale1000 (default 0: Dir(0.1) over 1,000 MNIST clients cannot give every client even 1 sample; digits 2)",
     )
     p.add_argument(
+        "--scale-alpha",
+        type=float,
+        default=0.1,
+        help="Dirichlet alpha of scale1000 (default 0.1; 10,000 MNIST clients that all hold data "
+        "need e.g. 0.5 with --scale-min-size 5)",
+    )
+    p.add_argument(
         "--workers",
         type=_worker_list,
         default=None,
@@ -1021,6 +1030,7 @@ def parse_args(argv: Sequence[str]) -> BenchOptions:
         min_size=args.min_size,
         scale_clients=args.scale_clients,
         scale_min_size=args.scale_min_size,
+        scale_alpha=args.scale_alpha,
         seed=args.seed,
         out=args.out,
         argv=list(argv),

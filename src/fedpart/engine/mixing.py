@@ -36,14 +36,36 @@ def mix_states(
     w = weights.to(torch.float64)
     out: list[dict[str, torch.Tensor]] = [{} for _ in range(w.shape[0])]
     for key in keys:
-        stacked = torch.stack([s[key] for s in states])
-        if stacked.is_floating_point():
-            mixed = mix(stacked, w.to(stacked.dtype))
+        first = states[0][key]
+        step = max(1, MIX_BLOCK_ELEMENTS // max(1, len(states)))
+        # a rank-one mix (an average) is a matrix-vector product, whose sum per coordinate does
+        # not depend on the columns around it; a [m > 1, n] product's kernel may
+        if w.shape[0] > 1 or first.numel() <= step:
+            mixed = _mix_block([s[key] for s in states], w)
         else:
-            mixed = mix(stacked.double(), w).round().to(stacked.dtype)
+            # column blocks: the same products and sums per coordinate (bit for bit, tested)
+            # without stacking every state's whole tensor — 1,000 uploads of a 2 MB layer would
+            # otherwise take another 2 GB
+            flat = torch.empty((w.shape[0], first.numel()), dtype=first.dtype, device=first.device)
+            for a in range(0, first.numel(), step):
+                flat[:, a : a + step] = _mix_block(
+                    [s[key].reshape(-1)[a : a + step] for s in states], w
+                )
+            mixed = flat.reshape((w.shape[0], *first.shape))
         for i in range(w.shape[0]):
             out[i][key] = mixed[i]
     return out
+
+
+#: :func:`mix_states` stacks at most about this many elements of the states at a time
+MIX_BLOCK_ELEMENTS = 1 << 24
+
+
+def _mix_block(tensors: Sequence[torch.Tensor], w: torch.Tensor) -> torch.Tensor:
+    stacked = torch.stack(list(tensors))
+    if stacked.is_floating_point():
+        return mix(stacked, w.to(stacked.dtype))
+    return mix(stacked.double(), w).round().to(stacked.dtype)
 
 
 def normalize_rows(weights: torch.Tensor, how: str = "linear") -> torch.Tensor:

@@ -11,7 +11,8 @@ The model and the data pool are handed to the workers once, when the pool starts
 tensors are moved to shared memory first, so every worker maps the same pages instead of
 holding a copy. Per round, each task carries its client's start state, recipe and optimiser
 settings (serialised with ``cloudpickle``, since recipes may hold closures such as FedProx's
-proximal term); results come back through shared memory. Methods with their own local update
+proximal term); results come back serialised by value (sending each returned tensor through
+shared memory costs a file descriptor, and a thousand clients ran out of them). Methods with their own local update
 run in the driver, as on the Ray backend; aggregation and mixing stay there too. Evaluation's
 body passes — most of its arithmetic — are spread over the same workers, batch for batch as
 the driver would compute them (``evaluation.evaluate_clients``' ``feature_map``).
@@ -24,6 +25,7 @@ simulation.
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any
 
 import cloudpickle
@@ -59,16 +61,24 @@ def _init_worker(model: Any, data: Any, threads: int) -> None:
     _WORKER["data"] = data
 
 
-def _run(payload: bytes) -> TrainResult:
+def _run(payload: bytes) -> bytes:
     client, start, recipe, settings, frozen, rnd = cloudpickle.loads(payload)
-    return train_client(
+    result = train_client(
         _WORKER["model"], start, recipe, _WORKER["data"], client, rnd, settings, frozen
     )
+    return _by_value(result)
 
 
-def _features(task: tuple[dict[str, torch.Tensor], list[torch.Tensor]]) -> list[torch.Tensor]:
+def _features(task: tuple[dict[str, torch.Tensor], list[torch.Tensor]]) -> bytes:
     body, batches = task
-    return body_features(_WORKER["model"], body, batches, _WORKER["data"])
+    return _by_value(body_features(_WORKER["model"], body, batches, _WORKER["data"]))
+
+
+def _by_value(obj: Any) -> bytes:
+    """``obj`` serialised with its tensors' bytes inline. Returning tensors themselves would send
+    each through torch's shared-memory reduction, one file descriptor per tensor: a round of
+    1,000 clients ran out of descriptors and the pool's result thread died, hanging the run."""
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def default_workers() -> int:
@@ -101,7 +111,7 @@ class ProcessTrainer:
         order = sorted(range(len(jobs)), key=lambda i: -self.sizes[jobs[i][0]])
         # serialised lazily, by the pool's task feeder, while the workers train the first jobs
         payloads = (cloudpickle.dumps((*jobs[i], rnd)) for i in order)
-        results = list(self.pool.imap(_run, payloads, chunksize=1))
+        results = [pickle.loads(r) for r in self.pool.imap(_run, payloads, chunksize=1)]
         by_position = dict(zip(order, results, strict=True))
         return {jobs[i][0]: by_position[i] for i in range(len(jobs))}
 
@@ -120,7 +130,7 @@ class ProcessTrainer:
             for start in range(0, max(len(batches), 1), step):
                 tasks.append((entry, (body, batches[start : start + step])))
         out: list[list[torch.Tensor]] = [[] for _ in work]
-        results = self.pool.map(_features, [t for _, t in tasks])
+        results = [pickle.loads(r) for r in self.pool.map(_features, [t for _, t in tasks])]
         for (entry, _), feats in zip(tasks, results, strict=True):
             out[entry].extend(feats)
         return out

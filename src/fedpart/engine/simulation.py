@@ -68,11 +68,18 @@ class Result:
 #: (~10⁸–10⁹ multiply-adds) ran 3× slower in two processes, FedPer's and FedRep's MNIST rounds
 #: (~10¹¹) 1.9× faster than one process.
 PARALLEL_MIN_MACS = 1e10
+#: ... and each client's share at least this many: a job costs ~20 ms of shipping states both
+#: ways, and 1,000 clients of 5 samples each (6·10⁷ multiply-adds apiece) ran 2× slower in two
+#: processes than in one
+PARALLEL_MIN_CLIENT_MACS = 1e9
 
 
-def round_macs(cfg: Config, algorithm: Any, model: BlockModel, data: FederatedData) -> float:
-    """An estimate of one round's local-training multiply-adds: the participants' training
-    samples × local epochs × the whole model's forward + backward multiply-adds per sample."""
+def round_macs(
+    cfg: Config, algorithm: Any, model: BlockModel, data: FederatedData
+) -> tuple[float, float]:
+    """An estimate of one round's local-training multiply-adds, in all and per participant: the
+    participants' training samples × local epochs × the whole model's forward + backward
+    multiply-adds per sample."""
     n = data.num_clients
     per_round = (
         n if algorithm.setting == "decentralized" else max(1, round(cfg.federation.join_ratio * n))
@@ -81,7 +88,8 @@ def round_macs(cfg: Config, algorithm: Any, model: BlockModel, data: FederatedDa
     counter = MacCounter(model, tuple(data.bundle.input_shape), data.num_classes)
     state = dict(model.state_dict())
     per_sample = counter.per_sample(state, [k for k, _ in model.named_parameters()])
-    return per_round * mean_train * cfg.federation.local_epochs * per_sample
+    per_client = mean_train * cfg.federation.local_epochs * per_sample
+    return per_round * per_client, per_client
 
 
 def resolve_backend(
@@ -92,7 +100,8 @@ def resolve_backend(
     On a GPU it is the batched backend wherever the method and model allow it (one kernel per
     step for all clients removes the launch overhead of many small ones). On a CPU with more than
     one core it is the process backend (the sequential backend's numbers, bit for bit) when the
-    method supports it and a round trains at least :data:`PARALLEL_MIN_MACS` multiply-adds; else
+    method supports it and a round trains at least :data:`PARALLEL_MIN_MACS` multiply-adds, each
+    client at least :data:`PARALLEL_MIN_CLIENT_MACS`; else
     the sequential backend (``fedpart bench`` measured the vmap-batched training at 0.6–0.8× of
     it for 28×28 CNNs on a CPU). ``FEDPART_AUTO_WORKERS=0`` in the environment keeps ``auto``
     in one process: ``fedpart sweep --jobs N`` sets it, its runs already filling the cores.
@@ -114,8 +123,10 @@ def resolve_backend(
             from fedpart.engine.parallel import default_workers
 
             workers = cfg.engine.workers or default_workers()
-            if workers > 1 and round_macs(cfg, algorithm, model, data) >= PARALLEL_MIN_MACS:
-                return "processes"
+            if workers > 1:
+                total, per_client = round_macs(cfg, algorithm, model, data)
+                if total >= PARALLEL_MIN_MACS and per_client >= PARALLEL_MIN_CLIENT_MACS:
+                    return "processes"
         return "sequential"
     if wanted not in supported:
         raise FedpartError(
