@@ -147,7 +147,7 @@ def test_ray_dispatch_sends_each_unfinished_run_as_a_task(tiny, tmp_path, monkey
     (plan.jobs[0].run_dir / "summary.json").write_text("{}")  # finished: not sent
     outcomes = sw.execute(plan.jobs, plan.config, ray_address="ray://head:10001")
     assert submitted[0] == ("init", "ray://head:10001")
-    assert [a[2] for a in submitted[1:]] == [str(plan.jobs[1].run_dir)]
+    assert [a[-1] for a in submitted[1:]] == [str(plan.jobs[1].run_dir)]
     assert outcomes[plan.jobs[1].run_dir]["state"] == "failed"
     assert outcomes[plan.jobs[0].run_dir]["state"] == "finished"
 
