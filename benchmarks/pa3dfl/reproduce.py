@@ -84,7 +84,10 @@ def run_name(stem: str, setting: str, seed: int) -> str:
 def experiments() -> dict[str, list[Run]]:
     """experiment -> [(run name, config, overrides)]."""
     out: dict[str, list[Run]] = {"hetero": [], "ideal": [], "table3": [], "seeds": []}
-    for _, (config, _, _) in TABLE1.items():
+    # the methods of the acceptance ordering first, so they are recorded first
+    first = ("pa3dfl", "fjord", "heterofl", "fedrolex", "flanc", "fedavg")
+    configs = [c for c, _, _ in TABLE1.values()]
+    for config in sorted(configs, key=lambda c: first.index(c) if c in first else len(first)):
         out["hetero"].append((run_name(config, "hetero", 0), config, ("seed=0",)))
     for config in IDEAL_METHODS:
         ideal = ("federation.capacity=ideal", *IDEAL.get(config, ()), "seed=0")
@@ -174,6 +177,8 @@ def report() -> str:
             header_done = True
         cells = ["—" if m is None else f"{m:.2f} ({n})" for _, m, n in groups]
         lines.append(f"| {stem} | " + " | ".join(cells) + " |")
+    if not header_done:
+        lines.append("(no run recorded yet)")
     lines.append("\n### Communication and wall time (Hetero., seed 0)\n")
     lines.append("| method | up MB | down MB | minutes |")
     lines.append("| --- | --- | --- | --- |")
