@@ -7,12 +7,13 @@ a reproduction can be stopped and restarted at will.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,67 @@ def run_job(job: Job) -> dict:
         return {"failed": reason}
     print(f"  {job.label}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return json.loads(summary.read_text())
+
+
+def reproduction_parser(doc: str, experiments: Sequence[str]) -> argparse.ArgumentParser:
+    """The command line every reproduction script shares (``--only``, ``--jobs``, ``--data-root``,
+    ``--out``, ``--configs``, ``--report``); a script adds its own options."""
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--only", default="", help="comma-separated experiments: " + ", ".join(experiments)
+    )
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--data-root", default=DATA_ROOT)
+    ap.add_argument("--configs", default="", help="only runs of these configs (comma-separated)")
+    ap.add_argument("--report", action="store_true", help="print the tables from the records only")
+    return ap
+
+
+def selected_runs(
+    ap: argparse.ArgumentParser, args: argparse.Namespace, experiments: dict[str, list[tuple]]
+) -> dict[str, tuple]:
+    """Run name -> the rest of its entry (config first) for ``--only`` and ``--configs``; an
+    unknown experiment is a usage error."""
+    chosen = args.only.split(",") if args.only else list(experiments)
+    unknown = [e for e in chosen if e not in experiments]
+    if unknown:
+        ap.error(f"unknown experiment(s) {unknown}; valid: {', '.join(experiments)}")
+    runs: dict[str, tuple] = {}
+    for e in chosen:
+        for name, *rest in experiments[e]:
+            runs.setdefault(name, tuple(rest))
+    if args.configs:
+        keep = set(args.configs.split(","))
+        runs = {n: r for n, r in runs.items() if r[0] in keep}
+    return runs
+
+
+def run_missing(
+    jobs: Sequence[Job],
+    load: Callable[[str], dict | None],
+    record: Callable[[str, dict, Path], None],
+    parallel: int,
+) -> None:
+    """Run (or resume) the jobs whose record ``load(label)`` does not find, ``parallel`` at a
+    time, calling ``record(label, summary, run_dir)`` as each finishes (a failed run is
+    reported by :func:`run_job` and left unrecorded)."""
+    todo = [job for job in jobs if load(job.label) is None]
+    print(
+        f"{len(jobs) - len(todo)} of {len(jobs)} runs recorded; running {len(todo)}",
+        file=sys.stderr,
+    )
+    t0 = time.time()
+
+    def one(job: Job) -> None:
+        summary = run_job(job)
+        if "failed" not in summary:
+            record(job.label, summary, job.run_dir)
+
+    with ThreadPoolExecutor(max(1, parallel)) as pool:
+        list(pool.map(one, todo))
+    print(f"wall time {time.time() - t0:.0f} s", file=sys.stderr)
 
 
 def run_jobs(jobs: Sequence[Job], parallel: int) -> list[dict]:

@@ -16,15 +16,12 @@ training, averaged over the last 10 rounds (spec fedcmd.md §2.5 item 14).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runner import DATA_ROOT, ROOT, Job, run_job  # noqa: E402
+from runner import ROOT, Job, reproduction_parser, run_missing, selected_runs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "results"
@@ -198,52 +195,21 @@ def report() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument(
-        "--only", default="", help="comma-separated experiments: " + ", ".join(experiments())
-    )
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--data-root", default=DATA_ROOT)
+    ap = reproduction_parser(__doc__, list(experiments()))
     ap.add_argument("--out", default=str(HERE / "runs"))
-    ap.add_argument("--configs", default="", help="only runs of these configs (comma-separated)")
-    ap.add_argument("--report", action="store_true", help="print the tables from the records only")
     args = ap.parse_args()
     if not args.report:
-        chosen = args.only.split(",") if args.only else list(experiments())
-        unknown = [e for e in chosen if e not in experiments()]
-        if unknown:
-            ap.error(f"unknown experiment(s) {unknown}; valid: {', '.join(experiments())}")
-        runs: dict[str, tuple[str, str, tuple[str, ...]]] = {}
-        for e in chosen:
-            for name, config, dataset, overrides in experiments()[e]:
-                runs.setdefault(name, (config, dataset, overrides))
-        if args.configs:
-            keep = set(args.configs.split(","))
-            runs = {n: r for n, r in runs.items() if r[0] in keep}
-        todo = [name for name in runs if load(name) is None]
-        print(
-            f"{len(runs) - len(todo)} of {len(runs)} runs recorded; running {len(todo)}",
-            file=sys.stderr,
-        )
-        t0 = time.time()
-
-        def one(name: str) -> None:
-            config, dataset, overrides = runs[name]
-            job = Job(
+        runs = selected_runs(ap, args, experiments())
+        jobs = [
+            Job(
                 name,
                 ROOT / "configs/fedcmd" / f"{config}.yaml",
                 Path(args.out) / name,
                 (f"dataset.name={dataset}", f"dataset.root={args.data_root}", *overrides),
             )
-            summary = run_job(job)
-            if "failed" not in summary:
-                record(name, summary, job.run_dir)
-
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            list(pool.map(one, todo))
-        print(f"wall time {time.time() - t0:.0f} s", file=sys.stderr)
+            for name, (config, dataset, overrides) in runs.items()
+        ]
+        run_missing(jobs, load, record, args.jobs)
     print(report())
 
 
