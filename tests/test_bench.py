@@ -83,8 +83,17 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
     tables = _tables(report)
 
     rows = {r["variant"]: r for r in tables["fedper"]}
-    assert list(rows) == ["naive", "sequential", "batched", "processes x2", "ceiling"]
+    assert list(rows) == [
+        "naive",
+        "sequential",
+        "sequential, 2 threads",  # the best single process next to the two workers
+        "batched",
+        "processes x2",
+        "ceiling",
+    ]
+    assert rows["sequential, 2 threads"]["backend"] == "sequential"
     assert "processes x2: end-to-end" in report and "parallel efficiency" in report
+    assert "the best single-process variant" in report
     for row in rows.values():
         assert list(row) == harness.COLUMNS
         for col in (
@@ -112,7 +121,7 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
     assert scale["clients"] == "40"
     for col in ("train s", "eval s (all clients)", "end-to-end s", "peak RSS MB"):
         assert _number(scale[col]) > 0
-    assert scale["peak < 3 GB"] == "yes"
+    assert scale["peak under target"] == "yes (< 3 GB)"
 
 
 def test_bench_reports_batchnorm_as_not_batchable(tmp_path):
