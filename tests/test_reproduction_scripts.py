@@ -1,0 +1,71 @@
+"""The reproduction scripts' shared run selection and the Pa3dFL tables from records."""
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import runner  # noqa: E402
+
+
+def _load(path: str):
+    spec = importlib.util.spec_from_file_location(
+        Path(path).parent.name + "_reproduce", ROOT / path
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_selected_runs_filter_by_experiment_and_config():
+    experiments = {
+        "a": [("r1", "fedavg", ()), ("r2", "pa3dfl", ("x=1",))],
+        "b": [("r3", "fjord", ())],
+    }
+    ap = runner.reproduction_parser("doc", list(experiments))
+    args = ap.parse_args(["--only", "a", "--configs", "pa3dfl"])
+    assert runner.selected_runs(ap, args, experiments) == {"r2": ("pa3dfl", ("x=1",))}
+    args = ap.parse_args([])
+    assert list(runner.selected_runs(ap, args, experiments)) == ["r1", "r2", "r3"]
+    with pytest.raises(SystemExit):
+        runner.selected_runs(ap, ap.parse_args(["--only", "nope"]), experiments)
+    assert isinstance(ap, argparse.ArgumentParser)
+
+
+def test_pa3dfl_tables_from_records(tmp_path, monkeypatch):
+    """Table 1 cells (one seed: the value; two: mean ± std) and the per-capacity-group means come
+    from the records, computed by hand here."""
+    repro = _load("benchmarks/pa3dfl/reproduce.py")
+    monkeypatch.setattr(repro, "RECORDS", tmp_path)
+
+    def write(name, final, acc=None, groups=None):
+        rec = {
+            "run": name,
+            "summary": {
+                "accuracy": {"final": final},
+                "communication": {"up_bytes": 2e6, "down_bytes": 4e6},
+                "wall_seconds": 120.0,
+            },
+            "clients": {
+                "accuracy": acc,
+                "capacity_groups": groups,
+                "capacity_group_labels": ["low", "high"],
+            },
+            "rounds": [],
+        }
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec))
+
+    write("pa3dfl-hetero-seed0", 0.80, [0.5, 0.7, None, 0.9], [0, 0, 1, 1])
+    write("pa3dfl-hetero-seed1", 0.90)
+    write("fjord-hetero-seed0", 0.75, [0.6, 0.8], [0, 1])
+    text = repro.report()
+    assert "| Pa3dFL | — | 91.04 | 85.00 ± 7.07 (2) | 89.55 |" in text
+    assert "| Fjord | — | 91.04 | 75.00 | 90.11 |" in text
+    assert "| pa3dfl | 60.00 (2) | 90.00 (1) |" in text  # the client without accuracy is left out
+    assert "| fjord | 60.00 (1) | 80.00 (1) |" in text
+    assert "| Pa3dFL | 2.0 | 4.0 | 2.0 |" in text
