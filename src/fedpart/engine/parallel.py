@@ -69,8 +69,8 @@ def _run(payload: bytes) -> bytes:
     return _by_value(result)
 
 
-def _features(task: tuple[dict[str, torch.Tensor], list[torch.Tensor]]) -> bytes:
-    body, batches = task
+def _features(payload: bytes) -> bytes:
+    body, batches = pickle.loads(payload)
     return _by_value(body_features(_WORKER["model"], body, batches, _WORKER["data"]))
 
 
@@ -130,7 +130,9 @@ class ProcessTrainer:
             for start in range(0, max(len(batches), 1), step):
                 tasks.append((entry, (body, batches[start : start + step])))
         out: list[list[torch.Tensor]] = [[] for _ in work]
-        results = [pickle.loads(r) for r in self.pool.map(_features, [t for _, t in tasks])]
+        # by value both ways, as training's jobs: no file descriptor per tensor
+        payloads = [_by_value(t) for _, t in tasks]
+        results = [pickle.loads(r) for r in self.pool.map(_features, payloads)]
         for (entry, _), feats in zip(tasks, results, strict=True):
             out[entry].extend(feats)
         return out
