@@ -176,21 +176,26 @@ def report() -> str:
     lines.append("\n### Communication over 200 rounds (MB; Fig. 8)\n")
     lines.append("| method | MNIST up | MNIST down | MNIST total | FMNIST total |")
     lines.append("| --- | --- | --- | --- | --- |")
+    totals: dict[str, dict[str, float]] = {d: {} for d in DATASETS}
     for label, (config, _, _) in TABLE6.items():
-        m, f = load(f"{config}-mnist"), load(f"{config}-fmnist")
-        total = (
-            "—"
-            if m is None
-            else f"{(m['summary']['communication']['up_bytes'] + m['summary']['communication']['down_bytes']) / 1e6:.1f}"
-        )
-        ftotal = (
-            "—"
-            if f is None
-            else f"{(f['summary']['communication']['up_bytes'] + f['summary']['communication']['down_bytes']) / 1e6:.1f}"
-        )
+        for d in DATASETS:
+            rec = load(f"{config}-{d}")
+            if rec is not None:
+                comm = rec["summary"]["communication"]
+                totals[d][label] = (comm["up_bytes"] + comm["down_bytes"]) / 1e6
+        m = load(f"{config}-mnist")
+        cells = [totals[d].get(label) for d in DATASETS]
+        total, ftotal = ("—" if v is None else f"{v:.1f}" for v in cells)
         lines.append(
             f"| {label} | {megabytes(m, 'up_bytes')} | {megabytes(m, 'down_bytes')} | {total} | {ftotal} |"
         )
+    for d, title in DATASETS.items():
+        if totals[d]:
+            order = sorted(totals[d], key=lambda k: totals[d][k])
+            lines.append(
+                f"\n{title}, lowest total first ({len(order)} of {len(TABLE6)} methods recorded): "
+                + " < ".join(order)
+            )
     return "\n".join(lines)
 
 
