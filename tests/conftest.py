@@ -22,3 +22,10 @@ def tiny_cfg(tmp_path):
         },
         "output": {"dir": str(tmp_path / "run"), "checkpoint_every": 2},
     }
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_auto_workers(monkeypatch):
+    """``fedpart.cli.main`` sets FEDPART_AUTO_WORKERS=1 in this process; each test starts
+    without it, as a Python caller would."""
+    monkeypatch.delenv("FEDPART_AUTO_WORKERS", raising=False)

@@ -117,6 +117,7 @@ def test_auto_runs_worker_processes_only_where_a_round_pays_for_them(tiny_cfg, m
         return Simulation(cfg, quiet=True).backend
 
     monkeypatch.setattr(parallel, "default_workers", lambda: 2)
+    monkeypatch.setenv("FEDPART_AUTO_WORKERS", "1")  # as the command line sets it
     cfg = Config.from_dict({**tiny_cfg, "algorithm": {"name": "fedper"}})
     sim = Simulation(cfg, quiet=True)
     macs, per_client = simulation.round_macs(cfg, sim.algorithm, sim.model, sim.data)
@@ -129,8 +130,10 @@ def test_auto_runs_worker_processes_only_where_a_round_pays_for_them(tiny_cfg, m
     monkeypatch.setattr(simulation, "PARALLEL_MIN_CLIENT_MACS", per_client)
     assert backend() == "processes"
     assert backend("ditto") == "sequential"  # its own local update: no process backend
-    monkeypatch.setenv("FEDPART_AUTO_WORKERS", "0")
+    monkeypatch.setenv("FEDPART_AUTO_WORKERS", "0")  # a parallel sweep's run
     assert backend() == "sequential"
-    monkeypatch.delenv("FEDPART_AUTO_WORKERS")
+    monkeypatch.delenv("FEDPART_AUTO_WORKERS")  # Python API: the caller's main may be unguarded
+    assert backend() == "sequential"
+    monkeypatch.setenv("FEDPART_AUTO_WORKERS", "1")
     monkeypatch.setattr(parallel, "default_workers", lambda: 1)
     assert backend() == "sequential"

@@ -103,8 +103,12 @@ def resolve_backend(
     method supports it and a round trains at least :data:`PARALLEL_MIN_MACS` multiply-adds, each
     client at least :data:`PARALLEL_MIN_CLIENT_MACS`; else
     the sequential backend (``fedpart bench`` measured the vmap-batched training at 0.6–0.8× of
-    it for 28×28 CNNs on a CPU). ``FEDPART_AUTO_WORKERS=0`` in the environment keeps ``auto``
-    in one process: ``fedpart sweep --jobs N`` sets it, its runs already filling the cores.
+    it for 28×28 CNNs on a CPU). Worker processes are spawned, which imports the caller's main
+    module again, so ``auto`` starts them only where that is known to be safe:
+    ``FEDPART_AUTO_WORKERS=1`` in the environment, which the ``fedpart`` command line sets (a
+    Python script whose top level is guarded by ``if __name__ == "__main__":`` may set it too, or
+    ask for ``engine.backend=processes``); ``fedpart sweep --jobs N`` sets it to ``0`` in its
+    runs, which already fill the cores.
     """
     wanted = cfg.engine.backend
     supported = type(algorithm).backends
@@ -118,7 +122,7 @@ def resolve_backend(
             "processes" in supported
             and data is not None
             and not cfg.engine.device.startswith("cuda")
-            and os.environ.get("FEDPART_AUTO_WORKERS", "") != "0"
+            and os.environ.get("FEDPART_AUTO_WORKERS", "") == "1"
         ):
             from fedpart.engine.parallel import default_workers
 
