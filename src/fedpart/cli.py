@@ -37,6 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sim = Simulation(cfg, run_dir=out, quiet=args.quiet)
         if not args.quiet:
             print(f"run directory: {out}", file=sys.stderr)
+            print(f"backend: {sim.backend_description()}", file=sys.stderr)
         result = sim.run()
     s = result.summary
     acc = s["accuracy"]

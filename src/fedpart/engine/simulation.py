@@ -485,6 +485,17 @@ class Simulation:
             self._remote = ProcessTrainer(self)
         return self._remote.features
 
+    def backend_description(self) -> str:
+        """The backend in words, e.g. ``processes (2 workers, 1 thread each)``."""
+        if self.backend == "processes":
+            from fedpart.engine.parallel import default_workers
+
+            workers = self.cfg.engine.workers or default_workers()
+            threads = self.cfg.engine.threads or 1
+            return f"processes ({workers} workers, {threads} thread{'s' * (threads > 1)} each)"
+        threads = self.cfg.engine.threads or torch.get_num_threads()
+        return f"{self.backend} ({threads} thread{'s' * (threads > 1)})"
+
     def close_workers(self) -> None:
         """Stop the worker processes of the process backend, if any (Ray stays up: it may be a
         shared cluster)."""
