@@ -113,10 +113,12 @@ def run_missing(
     load: Callable[[str], dict | None],
     record: Callable[[str, dict, Path], None],
     parallel: int,
+    record_failure: Callable[[str, str], None] | None = None,
 ) -> None:
     """Run (or resume) the jobs whose record ``load(label)`` does not find, ``parallel`` at a
-    time, calling ``record(label, summary, run_dir)`` as each finishes (a failed run is
-    reported by :func:`run_job` and left unrecorded)."""
+    time, calling ``record(label, summary, run_dir)`` as each finishes. A failed run (e.g.
+    diverged) is reported by :func:`run_job`; ``record_failure(label, reason)``, when given,
+    records it, so the tables can say so."""
     todo = [job for job in jobs if load(job.label) is None]
     print(
         f"{len(jobs) - len(todo)} of {len(jobs)} runs recorded; running {len(todo)}",
@@ -128,6 +130,8 @@ def run_missing(
         summary = run_job(job)
         if "failed" not in summary:
             record(job.label, summary, job.run_dir)
+        elif record_failure is not None:
+            record_failure(job.label, summary["failed"])
 
     with ThreadPoolExecutor(max(1, parallel)) as pool:
         list(pool.map(one, todo))

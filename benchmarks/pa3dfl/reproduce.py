@@ -68,8 +68,14 @@ TABLE3 = {
     "pa3dfl-nohn": ("w.o. HN-based Agg.", ("algorithm.hn_aggregation=false",), 78.94),
     "pa3dfl-flanc": ("FLANC decomposition", ("algorithm.decomposition=flanc",), 84.58),
 }
+#: HeteroFL diverges at its Table 7 Hetero. step size (0.1) on this CNN, which has no
+#: normalisation layer to absorb the Scaler's 1/p (×16 at p = 1/16): the variants that were run
+HETEROFL_VARIANTS = {
+    "heterofl-lr0.05": ("step size 0.05 (Table 7's Ideal value)", ("federation.lr=0.05",)),
+    "heterofl-noscaler": ("step size 0.1, no Scaler", ("algorithm.scaler=false",)),
+}
 #: the methods of the per-capacity-group figure (Fig. 2)
-GROUP_METHODS = ("pa3dfl", "fjord", "heterofl")
+GROUP_METHODS = ("pa3dfl", "fjord", "heterofl", *HETEROFL_VARIANTS)
 
 Run = tuple[str, str, tuple[str, ...]]  # (run name, config, overrides)
 
@@ -80,7 +86,14 @@ def run_name(stem: str, setting: str, seed: int) -> str:
 
 def experiments() -> dict[str, list[Run]]:
     """experiment -> [(run name, config, overrides)]."""
-    out: dict[str, list[Run]] = {"hetero": [], "ideal": [], "table3": [], "seeds": []}
+    # in the order they run: Table 1 Hetero. and what its ordering needs first, Ideal last
+    out: dict[str, list[Run]] = {
+        "hetero": [],
+        "heterofl": [],
+        "table3": [],
+        "seeds": [],
+        "ideal": [],
+    }
     # the methods of the acceptance ordering first, so they are recorded first
     first = ("pa3dfl", "fjord", "heterofl", "fedrolex", "flanc", "fedavg")
     configs = [c for c, _, _ in TABLE1.values()]
@@ -94,6 +107,10 @@ def experiments() -> dict[str, list[Run]]:
             out["table3"].append((run_name(stem, "hetero", 0), "pa3dfl", (*overrides, "seed=0")))
     for config in TWO_SEEDS:
         out["seeds"].append((run_name(config, "hetero", 1), config, ("seed=1",)))
+    out["heterofl"] = [
+        (run_name(stem, "hetero", 0), "heterofl", (*overrides, "seed=0"))
+        for stem, (_, overrides) in HETEROFL_VARIANTS.items()
+    ]
     return out
 
 
@@ -117,20 +134,32 @@ def record(name: str, summary: dict, run_dir: Path) -> None:
     (RECORDS / f"{name}.json").write_text(text + "\n")
 
 
+def record_failure(name: str, reason: str) -> None:
+    """A run that failed (diverged) leaves a record saying so; it is not retried."""
+    RECORDS.mkdir(exist_ok=True)
+    text = json.dumps({"run": name, "failed": reason}, indent=1)
+    (RECORDS / f"{name}.json").write_text(text + "\n")
+
+
 def load(name: str) -> dict | None:
     path = RECORDS / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def final(rec: dict | None) -> float | None:
-    return None if rec is None else 100 * rec["summary"]["accuracy"]["final"]
+    if rec is None or "failed" in rec:
+        return None
+    return 100 * rec["summary"]["accuracy"]["final"]
 
 
 def seeds_cell(stem: str, setting: str) -> tuple[str, list[float]]:
-    """'mean ± std (n)' over the recorded seeds of a run (one seed: the value)."""
-    values = [v for s in (0, 1, 2) if (v := final(load(run_name(stem, setting, s)))) is not None]
+    """'mean ± std (n)' over the recorded seeds of a run (one seed: the value; a run that
+    diverged: 'diverged')."""
+    records = [load(run_name(stem, setting, s)) for s in (0, 1, 2)]
+    values = [v for rec in records if (v := final(rec)) is not None]
     if not values:
-        return "—", values
+        failed = any(rec is not None and "failed" in rec for rec in records)
+        return ("diverged" if failed else "—"), values
     if len(values) == 1:
         return f"{values[0]:.2f}", values
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)})", values
@@ -161,11 +190,17 @@ def report() -> str:
     for stem, (label, _, paper) in TABLE3.items():
         cell, _ = seeds_cell(stem, "hetero")
         lines.append(f"| {label} | {cell} | {paper:.2f} |")
+    lines.append("\n### HeteroFL at other settings (Hetero., seed 0)\n")
+    lines.append("| variant | ours |")
+    lines.append("| --- | --- |")
+    lines.append(f"| Table 7: step size 0.1, Scaler | {seeds_cell('heterofl', 'hetero')[0]} |")
+    for stem, (label, _) in HETEROFL_VARIANTS.items():
+        lines.append(f"| {label} | {seeds_cell(stem, 'hetero')[0]} |")
     lines.append("\n### Accuracy per capacity group (Fig. 2; Hetero., seed 0, %, clients)\n")
     header_done = False
     for stem in GROUP_METHODS:
         rec = load(run_name(stem, "hetero", 0))
-        if rec is None:
+        if rec is None or "failed" in rec:
             continue
         groups = group_means(rec)
         if not header_done:
@@ -181,7 +216,7 @@ def report() -> str:
     lines.append("| --- | --- | --- | --- |")
     for label, (config, _, _) in TABLE1.items():
         rec = load(run_name(config, "hetero", 0))
-        if rec is None:
+        if rec is None or "failed" in rec:
             lines.append(f"| {label} | — | — | — |")
             continue
         s = rec["summary"]
@@ -218,7 +253,7 @@ def main() -> None:
             )
             for name, (config, overrides) in runs.items()
         ]
-        run_missing(jobs, load, record, args.jobs)
+        run_missing(jobs, load, record, args.jobs, record_failure)
     print(report())
 
 
