@@ -278,3 +278,14 @@ def test_cost_command_errors_are_one_line(args, capsys):
     assert main(["cost", *args, "--no-memory"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("algorithm", ["fjord", "heterofl", "pfedhn", "pfedgate", "flanc"])
+def test_capacity_baselines_resume_bit_identical(tiny_cfg, tmp_path, algorithm):
+    """A run stopped after round 2 and resumed equals the straight run, bit for bit: each
+    method's server state (hyper-network, per-width coefficients, gates) is in the checkpoint."""
+    if algorithm == "flanc":  # factorizes a CNN
+        cfg = _cnn_cfg(tiny_cfg, algorithm, [0.25, 1.0, 0.01, 0.25, 1.0, 0.01])
+    else:
+        cfg = _cfg(tiny_cfg, algorithm)
+    assert_resume_bit_identical(cfg, tmp_path)
