@@ -89,12 +89,18 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+def worker_count(engine: Any) -> int:
+    """The process backend's worker count for an ``engine`` config (``workers``; 0: one per
+    core)."""
+    return engine.workers or default_workers()
+
+
 class ProcessTrainer:
     """A pool of worker processes training clients; results in client order."""
 
     def __init__(self, sim: Any) -> None:
         engine = sim.cfg.engine
-        self.workers = engine.workers or default_workers()
+        self.workers = worker_count(engine)
         self.sizes = [c.num_train for c in sim.data.clients]
         model = sim.model
         for tensor in [*model.parameters(), *model.buffers()]:

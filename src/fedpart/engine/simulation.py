@@ -124,10 +124,9 @@ def resolve_backend(
             and not cfg.engine.device.startswith("cuda")
             and os.environ.get("FEDPART_AUTO_WORKERS", "") == "1"
         ):
-            from fedpart.engine.parallel import default_workers
+            from fedpart.engine.parallel import worker_count
 
-            workers = cfg.engine.workers or default_workers()
-            if workers > 1:
+            if worker_count(cfg.engine) > 1:
                 total, per_client = round_macs(cfg, algorithm, model, data)
                 if total >= PARALLEL_MIN_MACS and per_client >= PARALLEL_MIN_CLIENT_MACS:
                     return "processes"
@@ -488,9 +487,9 @@ class Simulation:
     def backend_description(self) -> str:
         """The backend in words, e.g. ``processes (2 workers, 1 thread each)``."""
         if self.backend == "processes":
-            from fedpart.engine.parallel import default_workers
+            from fedpart.engine.parallel import worker_count
 
-            workers = self.cfg.engine.workers or default_workers()
+            workers = worker_count(self.cfg.engine)
             threads = self.cfg.engine.threads or 1
             return f"processes ({workers} workers, {threads} thread{'s' * (threads > 1)} each)"
         threads = self.cfg.engine.threads or torch.get_num_threads()
