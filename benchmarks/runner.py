@@ -66,8 +66,9 @@ def run_job(job: Job) -> dict:
         lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit code {proc.returncode}"
         print(f"  {job.label}: FAILED: {reason}", file=sys.stderr, flush=True)
-        job.run_dir.mkdir(parents=True, exist_ok=True)
-        marker.write_text(reason + "\n")
+        if "diverged" in reason:  # a result; anything else (environment, data) is retried
+            job.run_dir.mkdir(parents=True, exist_ok=True)
+            marker.write_text(reason + "\n")
         return {"failed": reason}
     print(f"  {job.label}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return json.loads(summary.read_text())
@@ -118,7 +119,8 @@ def run_missing(
     """Run (or resume) the jobs whose record ``load(label)`` does not find, ``parallel`` at a
     time, calling ``record(label, summary, run_dir)`` as each finishes. A failed run (e.g.
     diverged) is reported by :func:`run_job`; ``record_failure(label, reason)``, when given,
-    records it, so the tables can say so."""
+    records it, so the tables can say so; any other failure (a broken environment, a missing
+    dataset) is only reported, so the next invocation tries the run again."""
     todo = [job for job in jobs if load(job.label) is None]
     print(
         f"{len(jobs) - len(todo)} of {len(jobs)} runs recorded; running {len(todo)}",
@@ -130,7 +132,7 @@ def run_missing(
         summary = run_job(job)
         if "failed" not in summary:
             record(job.label, summary, job.run_dir)
-        elif record_failure is not None:
+        elif record_failure is not None and "diverged" in summary["failed"]:
             record_failure(job.label, summary["failed"])
 
     with ThreadPoolExecutor(max(1, parallel)) as pool:

@@ -69,3 +69,19 @@ def test_pa3dfl_tables_from_records(tmp_path, monkeypatch):
     assert "| pa3dfl | 60.00 (2) | 90.00 (1) |" in text  # the client without accuracy is left out
     assert "| fjord | 60.00 (1) | 80.00 (1) |" in text
     assert "| Pa3dFL | 2.0 | 4.0 | 2.0 |" in text
+
+
+def test_only_divergence_is_recorded_as_a_result(tmp_path, monkeypatch):
+    """A diverged run leaves a record and a marker (not retried); any other failure (here: a
+    config that does not exist) is reported and retried by the next invocation."""
+    recorded: dict[str, str] = {}
+    broken = runner.Job("broken", tmp_path / "missing.yaml", tmp_path / "broken")
+    runner.run_missing([broken], lambda _: None, lambda *a: None, 1, recorded.__setitem__)
+    assert recorded == {} and not (tmp_path / "broken" / "FAILED").exists()
+
+    def diverged(job):
+        return {"failed": "error: training diverged: non-finite loss at round 3"}
+
+    monkeypatch.setattr(runner, "run_job", diverged)
+    runner.run_missing([broken], lambda _: None, lambda *a: None, 1, recorded.__setitem__)
+    assert "diverged" in recorded["broken"]

@@ -74,6 +74,13 @@ HETEROFL_VARIANTS = {
     "heterofl-lr0.05": ("step size 0.05 (Table 7's Ideal value)", ("federation.lr=0.05",)),
     "heterofl-noscaler": ("step size 0.1, no Scaler", ("algorithm.scaler=false",)),
 }
+#: the ordering against HeteroFL at a larger budget: the paper's 5 local epochs (rounds and
+#: clients per round stay at the CPU scale) for Pa3dFL and the HeteroFL that trains here
+BUDGET = {
+    "pa3dfl-e5": ("Pa3dFL", "pa3dfl", ()),
+    "heterofl-noscaler-e5": ("HeteroFL, no Scaler", "heterofl", ("algorithm.scaler=false",)),
+}
+BUDGET_OVERRIDES = ("federation.local_epochs=5",)
 #: the methods of the per-capacity-group figure (Fig. 2)
 GROUP_METHODS = ("pa3dfl", "fjord", "heterofl", *HETEROFL_VARIANTS)
 
@@ -91,6 +98,7 @@ def experiments() -> dict[str, list[Run]]:
         "hetero": [],
         "heterofl": [],
         "table3": [],
+        "budget": [],
         "seeds": [],
         "ideal": [],
     }
@@ -105,8 +113,20 @@ def experiments() -> dict[str, list[Run]]:
     for stem, (_, overrides, _) in TABLE3.items():
         if stem != "pa3dfl":
             out["table3"].append((run_name(stem, "hetero", 0), "pa3dfl", (*overrides, "seed=0")))
+    for stem, (_, config, overrides) in BUDGET.items():
+        out["budget"].append(
+            (run_name(stem, "hetero", 0), config, (*overrides, *BUDGET_OVERRIDES, "seed=0"))
+        )
     for config in TWO_SEEDS:
         out["seeds"].append((run_name(config, "hetero", 1), config, ("seed=1",)))
+    # the HeteroFL that trains here is the one Pa3dFL's ordering is checked against
+    out["seeds"].append(
+        (
+            run_name("heterofl-noscaler", "hetero", 1),
+            "heterofl",
+            ("algorithm.scaler=false", "seed=1"),
+        )
+    )
     out["heterofl"] = [
         (run_name(stem, "hetero", 0), "heterofl", (*overrides, "seed=0"))
         for stem, (_, overrides) in HETEROFL_VARIANTS.items()
@@ -165,6 +185,15 @@ def seeds_cell(stem: str, setting: str) -> tuple[str, list[float]]:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)})", values
 
 
+def seeds_one(stem: str, setting: str, seed: int) -> str:
+    """One run's final accuracy as a table cell ('—' not run yet, 'diverged')."""
+    rec = load(run_name(stem, setting, seed))
+    value = final(rec)
+    if value is None:
+        return "diverged" if rec is not None else "—"
+    return f"{value:.2f}"
+
+
 def group_means(rec: dict) -> list[tuple[str, float | None, int]]:
     """(group label, mean final accuracy %, clients) per capacity group of a recorded run."""
     c = rec["clients"]
@@ -196,6 +225,15 @@ def report() -> str:
     lines.append(f"| Table 7: step size 0.1, Scaler | {seeds_cell('heterofl', 'hetero')[0]} |")
     for stem, (label, _) in HETEROFL_VARIANTS.items():
         lines.append(f"| {label} | {seeds_cell(stem, 'hetero')[0]} |")
+    lines.append("\n### Pa3dFL vs HeteroFL (no Scaler): seeds and budget (Hetero.)\n")
+    lines.append("| run | seed 0 | seed 1 | 5 local epochs (seed 0) |")
+    lines.append("| --- | --- | --- | --- |")
+    for label, stem, budget in (
+        ("Pa3dFL", "pa3dfl", "pa3dfl-e5"),
+        ("HeteroFL, no Scaler", "heterofl-noscaler", "heterofl-noscaler-e5"),
+    ):
+        cells = [seeds_one(stem, "hetero", s) for s in (0, 1)] + [seeds_one(budget, "hetero", 0)]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("\n### Accuracy per capacity group (Fig. 2; Hetero., seed 0, %, clients)\n")
     header_done = False
     for stem in GROUP_METHODS:
