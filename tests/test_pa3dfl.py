@@ -157,6 +157,29 @@ def test_line_search_is_at_least_as_good_as_both_ends(tiny_cfg):
     assert score(chosen) >= score(received) and score(chosen) >= score(m1)
 
 
+def test_local_head_step_scale_moves_only_the_local_head_by_that_factor(tiny_cfg):
+    """``local_head_lr_scale``: one local epoch moves the local head by exactly that factor of
+    its move at scale 1 in the first step; every other tensor follows the same trajectory
+    (the local head gets gradient from L_c only, on detached features)."""
+    moves = {}
+    for scale in (1.0, 0.25):
+        cfg = _cfg(
+            tiny_cfg, options={"local_head_lr_scale": scale}, batch_size=10**6, local_epochs=1
+        )
+        sim = Simulation(Config.from_dict(cfg))
+        algo = sim.algorithm
+        algo.download_keys(0)
+        start = algo.start_state(0, 0)
+        trained = sim.train(0, 0, start).state  # one full batch: a single SGD step
+        moves[scale] = {k: trained[k] - start[k] for k in start if k in trained}
+    for key, move in moves[1.0].items():
+        if key.startswith("local_head."):
+            assert move.abs().sum() > 0
+            assert torch.allclose(moves[0.25][key], 0.25 * move, rtol=1e-5, atol=1e-8)
+        else:
+            assert torch.equal(moves[0.25][key], move)
+
+
 def test_a_client_never_receives_more_than_its_width(tiny_cfg):
     sim = Simulation(Config.from_dict(_cfg(tiny_cfg)))
     algo = sim.algorithm
@@ -221,6 +244,8 @@ def test_unsupported_model_and_bad_options_are_one_line_errors(tiny_cfg):
         Simulation(Config.from_dict({**_cfg(tiny_cfg), "model": {"name": "mlp"}}))
     with pytest.raises(ConfigError, match="algorithm.decomposition"):
         Simulation(Config.from_dict(_cfg(tiny_cfg, options={"decomposition": "svd"})))
+    with pytest.raises(ConfigError, match="algorithm.local_head_lr_scale"):
+        Simulation(Config.from_dict(_cfg(tiny_cfg, options={"local_head_lr_scale": -1})))
 
 
 @pytest.mark.parametrize("algorithm", ["pa3dfl", "pfedhn"])

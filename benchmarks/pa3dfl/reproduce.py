@@ -73,12 +73,24 @@ TABLE3 = {
 HETEROFL_VARIANTS = {
     "heterofl-lr0.05": ("step size 0.05 (Table 7's Ideal value)", ("federation.lr=0.05",)),
     "heterofl-noscaler": ("step size 0.1, no Scaler", ("algorithm.scaler=false",)),
+    "heterofl-lr0.01": ("step size 0.01 (Table 7's grid), Scaler", ("federation.lr=0.01",)),
+}
+#: the local head's own step size (``algorithm.local_head_lr_scale``; the paper: one step size):
+#: features under the frozen random global head grow until the local head's SGD on them
+#: overshoots (docs/methods/pa3dfl.md); Pa3dFL and its Table 3 ablations with a 100× smaller
+#: local-head step
+HEAD_LR = ("algorithm.local_head_lr_scale=0.01",)
+HEAD_LR_RUNS = {
+    "pa3dfl-headlr0.01": ("Pa3dFL", ()),
+    "pa3dfl-flanc-headlr0.01": ("FLANC decomposition", ("algorithm.decomposition=flanc",)),
+    "pa3dfl-nohn-headlr0.01": ("w.o. HN-based Agg.", ("algorithm.hn_aggregation=false",)),
 }
 #: the ordering against HeteroFL at a larger budget: the paper's 5 local epochs (rounds and
 #: clients per round stay at the CPU scale) for Pa3dFL and the HeteroFL that trains here
 BUDGET = {
     "pa3dfl-e5": ("Pa3dFL", "pa3dfl", ()),
     "heterofl-noscaler-e5": ("HeteroFL, no Scaler", "heterofl", ("algorithm.scaler=false",)),
+    "pa3dfl-headlr0.01-e5": ("Pa3dFL, local-head step ×0.01", "pa3dfl", HEAD_LR),
 }
 BUDGET_OVERRIDES = ("federation.local_epochs=5",)
 #: the methods of the per-capacity-group figure (Fig. 2)
@@ -98,6 +110,7 @@ def experiments() -> dict[str, list[Run]]:
         "hetero": [],
         "heterofl": [],
         "table3": [],
+        "headlr": [],
         "budget": [],
         "seeds": [],
         "ideal": [],
@@ -113,6 +126,10 @@ def experiments() -> dict[str, list[Run]]:
     for stem, (_, overrides, _) in TABLE3.items():
         if stem != "pa3dfl":
             out["table3"].append((run_name(stem, "hetero", 0), "pa3dfl", (*overrides, "seed=0")))
+    for stem, (_, overrides) in HEAD_LR_RUNS.items():
+        out["headlr"].append(
+            (run_name(stem, "hetero", 0), "pa3dfl", (*overrides, *HEAD_LR, "seed=0"))
+        )
     for stem, (_, config, overrides) in BUDGET.items():
         out["budget"].append(
             (run_name(stem, "hetero", 0), config, (*overrides, *BUDGET_OVERRIDES, "seed=0"))
@@ -137,7 +154,17 @@ def experiments() -> dict[str, list[Run]]:
 def record(name: str, summary: dict, run_dir: Path) -> None:
     """Keep what the tables need from a finished run (the run directory itself is not kept)."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    keep = ("round", "accuracy", "loss", "train_loss", "up_bytes", "down_bytes", "wall_seconds")
+    keep = (
+        "round",
+        "accuracy",
+        "loss",
+        "train_loss",
+        "up_bytes",
+        "down_bytes",
+        "wall_seconds",
+        "alpha_mean",
+        "hn_loss",
+    )
     per_round = [{k: r[k] for k in keep if k in r} for r in rows if "stage" not in r]
     clients = json.loads((run_dir / "clients.json").read_text())
     per_client = {
@@ -234,6 +261,14 @@ def report() -> str:
     ):
         cells = [seeds_one(stem, "hetero", s) for s in (0, 1)] + [seeds_one(budget, "hetero", 0)]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("\n### Pa3dFL's line search: mean α over rounds 80–99 (0: the received model)\n")
+    lines.append("| run | mean α | final accuracy |")
+    lines.append("| --- | --- | --- |")
+    for path in sorted(RECORDS.glob("pa3dfl*.json")):
+        rec = json.loads(path.read_text())
+        alphas = [r["alpha_mean"] for r in rec.get("rounds", [])[80:] if "alpha_mean" in r]
+        if alphas:
+            lines.append(f"| {rec['run']} | {statistics.mean(alphas):.3f} | {final(rec):.2f} |")
     lines.append("\n### Accuracy per capacity group (Fig. 2; Hetero., seed 0, %, clients)\n")
     header_done = False
     for stem in GROUP_METHODS:

@@ -62,6 +62,13 @@ class Pa3dFLOptions:
     decomposition: str = dataclasses.field(
         default="pa3dfl", metadata={"doc": "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)"}
     )
+    local_head_lr_scale: float = dataclasses.field(
+        default=1.0,
+        metadata={
+            "doc": "factor on the local step size for the local head only (the paper: 1, one "
+            "step size; features under the frozen global head grow, see docs/methods/pa3dfl.md)"
+        },
+    )
     test_model: str = dataclasses.field(
         default="search",
         metadata={"doc": "search (Alg. 1), received (α = 0) or trained (α = 1)"},
@@ -71,7 +78,7 @@ class Pa3dFLOptions:
         for name in ("embed_dim", "hidden_dim", "depth", "line_search"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"algorithm.{name}", f"must be >= 1, got {getattr(self, name)}")
-        for name in ("lam", "hn_lr"):
+        for name in ("lam", "hn_lr", "local_head_lr_scale"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"algorithm.{name}", f"must be >= 0, got {getattr(self, name)}")
         if self.tau <= 0:
@@ -114,12 +121,28 @@ def block_p_min(widths: Any) -> float:
     return math.gcd(*steps) / 256
 
 
-def two_heads(model: FactorizedCNN, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: Any):
+def scaled_gradient(t: torch.Tensor, scale: float) -> torch.Tensor:
+    """``t`` with its gradient multiplied by ``scale`` (the value is unchanged)."""
+    return t if scale == 1.0 else t.detach() + scale * (t - t.detach())
+
+
+def two_heads(
+    model: FactorizedCNN,
+    state: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: Any,
+    local_head_lr_scale: float = 1.0,
+):
     """Alg. 3 lines 7–9: ``L_g`` on the frozen global head plus ``L_c`` on the local head over
-    detached features, so the encoder learns through the global head only."""
+    detached features, so the encoder learns through the global head only. The local head's
+    gradient is multiplied by ``local_head_lr_scale`` (its own step size; it gets no other
+    gradient), the loss value is not."""
     z = call_method(model, "features", state, x)
     global_logits = F.linear(z, state["head.weight"], state["head.bias"])
-    local_logits = F.linear(z.detach(), state["local_head.weight"], state["local_head.bias"])
+    w, b = (
+        scaled_gradient(state[f"local_head.{k}"], local_head_lr_scale) for k in ("weight", "bias")
+    )
+    local_logits = F.linear(z.detach(), w, b)
     return F.cross_entropy(global_logits, y) + F.cross_entropy(local_logits, y)
 
 
@@ -221,7 +244,11 @@ class Pa3dFL(WidthSliced):
             functools.partial(orthogonality, keys=self.conv_u),
             weight=self.options.lam,
         )
-        return Recipe(phases=(Phase(loss_terms=(reg,)),), objective=two_heads)
+        scale = self.options.local_head_lr_scale
+        objective = (
+            two_heads if scale == 1.0 else functools.partial(two_heads, local_head_lr_scale=scale)
+        )
+        return Recipe(phases=(Phase(loss_terms=(reg,)),), objective=objective)
 
     # ------------------------------------------------------------ server → client
     def received(self, client: int, state: State | None = None) -> State:
