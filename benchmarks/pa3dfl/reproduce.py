@@ -111,9 +111,9 @@ def experiments() -> dict[str, list[Run]]:
         "heterofl": [],
         "table3": [],
         "headlr": [],
-        "budget": [],
         "seeds": [],
         "ideal": [],
+        "budget": [],
     }
     # the methods of the acceptance ordering first, so they are recorded first
     first = ("pa3dfl", "fjord", "heterofl", "fedrolex", "flanc", "fedavg")
