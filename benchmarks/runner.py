@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,12 +25,17 @@ DATA_ROOT = str(ROOT.parent / "shared" / "data")
 
 @dataclass(frozen=True)
 class Job:
-    """One run: ``fedpart run CONFIG OVERRIDES`` into ``run_dir``."""
+    """One run: ``fedpart run CONFIG OVERRIDES`` into ``run_dir``.
+
+    With ``extends`` (the directory of a finished run), the job is that run continued: its
+    directory is copied to ``run_dir`` and resumed with ``overrides`` (e.g. more rounds), which
+    ends where a run started with them would (resume is bit-identical)."""
 
     label: str
     config: Path
     run_dir: Path
     overrides: tuple[str, ...] = field(default_factory=tuple)
+    extends: Path | None = None
 
 
 def run_job(job: Job) -> dict:
@@ -40,9 +46,19 @@ def run_job(job: Job) -> dict:
     marker = job.run_dir / "FAILED"
     if marker.is_file():  # a run that diverged before: report it again, delete to retry
         return {"failed": marker.read_text().strip()}
+    if job.extends is not None and not job.run_dir.exists():
+        if not (job.extends / "summary.json").is_file():
+            return {"failed": f"{job.extends} has not finished: the run it extends comes first"}
+        partial = job.run_dir.with_name(job.run_dir.name + ".copying")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(job.extends, partial)
+        (partial / "summary.json").unlink()  # not finished any more
+        partial.rename(job.run_dir)  # a kill while copying leaves no half-copied run
     # a kill between the two renames of a checkpoint rotation leaves only the previous one
     if any((job.run_dir / name).is_dir() for name in ("checkpoint", "checkpoint.prev")):
         cmd = [sys.executable, "-m", "fedpart.cli", "run", "--resume", str(job.run_dir), "--quiet"]
+        if job.extends is not None:
+            cmd += list(job.overrides)
     else:
         cmd = [
             sys.executable,

@@ -85,3 +85,33 @@ def test_only_divergence_is_recorded_as_a_result(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "run_job", diverged)
     runner.run_missing([broken], lambda _: None, lambda *a: None, 1, recorded.__setitem__)
     assert "diverged" in recorded["broken"]
+
+
+def test_a_job_that_extends_a_finished_run_ends_as_the_longer_run(tiny_cfg, tmp_path):
+    """``Job.extends``: the finished 2-round run is copied and resumed to 3 rounds; the copy ends
+    with the metrics of a 3-round run, and the 2-round run is left as it was."""
+    import yaml
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({**tiny_cfg, "output": {"checkpoint_every": 1}}))
+    short = runner.Job("short", config, tmp_path / "short", ("federation.rounds=2",))
+    longer = runner.Job("longer", config, tmp_path / "longer", ("federation.rounds=3",))
+    extended = runner.Job(
+        "ext", config, tmp_path / "ext", ("federation.rounds=3",), extends=tmp_path / "short"
+    )
+    assert "has not finished" in runner.run_job(extended)["failed"]  # the source comes first
+    assert not extended.run_dir.exists()
+    runner.run_job(short)
+    before = (tmp_path / "short" / "metrics.jsonl").read_text()
+    assert runner.run_job(extended)["rounds_completed"] == 3
+    runner.run_job(longer)
+    assert (tmp_path / "short" / "metrics.jsonl").read_text() == before
+    ext = (tmp_path / "ext" / "metrics.jsonl").read_text().splitlines()
+    fresh = (tmp_path / "longer" / "metrics.jsonl").read_text().splitlines()
+
+    def numbers(lines):
+        drop = ("wall_seconds",)
+        return [{k: v for k, v in json.loads(x).items() if k not in drop} for x in lines]
+
+    assert len(ext) == len(fresh) > len(before.splitlines())
+    assert numbers(ext) == numbers(fresh)

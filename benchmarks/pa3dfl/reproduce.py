@@ -93,6 +93,19 @@ BUDGET = {
     "pa3dfl-headlr0.01-e5": ("Pa3dFL, local-head step ×0.01", "pa3dfl", HEAD_LR),
 }
 BUDGET_OVERRIDES = ("federation.local_epochs=5",)
+#: the runs continued to more rounds (same protocol otherwise): stem -> config
+LONGER = {"pa3dfl": "pa3dfl", "pa3dfl-flanc": "pa3dfl", "heterofl-noscaler": "heterofl"}
+LONGER_ROUNDS = 300
+
+
+def extended_from(name: str) -> str | None:
+    """The seed-0 run that run ``name`` continues to ``LONGER_ROUNDS`` rounds, if it is one."""
+    for stem in LONGER:
+        if name == run_name(f"{stem}-r{LONGER_ROUNDS}", "hetero", 0):
+            return run_name(stem, "hetero", 0)
+    return None
+
+
 #: the methods of the per-capacity-group figure (Fig. 2)
 GROUP_METHODS = ("pa3dfl", "fjord", "heterofl", *HETEROFL_VARIANTS)
 
@@ -112,6 +125,7 @@ def experiments() -> dict[str, list[Run]]:
         "table3": [],
         "headlr": [],
         "seeds": [],
+        "longer": [],
         "ideal": [],
         "budget": [],
     }
@@ -134,6 +148,9 @@ def experiments() -> dict[str, list[Run]]:
         out["budget"].append(
             (run_name(stem, "hetero", 0), config, (*overrides, *BUDGET_OVERRIDES, "seed=0"))
         )
+    for stem, config in LONGER.items():
+        name = run_name(f"{stem}-r{LONGER_ROUNDS}", "hetero", 0)
+        out["longer"].append((name, config, (f"federation.rounds={LONGER_ROUNDS}",)))
     for config in TWO_SEEDS:
         out["seeds"].append((run_name(config, "hetero", 1), config, ("seed=1",)))
     # the HeteroFL that trains here is the one Pa3dFL's ordering is checked against
@@ -310,22 +327,30 @@ def main() -> None:
         runs = selected_runs(ap, args, experiments())
         # records of the CPU scale and of the paper's budget never mix
         suffix = "" if args.scale == "cpu" else f"-{args.scale}"
-        jobs = [
-            Job(
-                name + suffix,
-                ROOT / "configs/pa3dfl" / f"{config}.yaml",
-                Path(args.out) / (name + suffix),
-                (
-                    f"dataset.root={args.data_root}",
-                    *SCALES[args.scale],
-                    # new runs: the engine's fastest exact configuration on this CPU
-                    "engine.conv_layout=auto",
-                    "engine.cache_features=true",
-                    *overrides,
-                ),
+        out = Path(args.out)
+        jobs = []
+        for name, (config, overrides) in runs.items():
+            common = (
+                f"dataset.root={args.data_root}",
+                *SCALES[args.scale],
+                # new runs: the engine's fastest exact configuration on this CPU
+                "engine.conv_layout=auto",
+                "engine.cache_features=true",
             )
-            for name, (config, overrides) in runs.items()
-        ]
+            extends = None
+            if (source := extended_from(name)) is not None:  # its 100-round run, continued
+                extends = out / (source + suffix)
+                common = ()
+            config_path = ROOT / "configs/pa3dfl" / f"{config}.yaml"
+            jobs.append(
+                Job(
+                    name + suffix,
+                    config_path,
+                    out / (name + suffix),
+                    (*common, *overrides),
+                    extends,
+                )
+            )
         run_missing(jobs, load, record, args.jobs, record_failure)
     print(report())
 
