@@ -38,6 +38,12 @@ class Job:
     extends: Path | None = None
 
 
+def diverged(reason: str) -> bool:
+    """Whether a failed run's one-line reason is a training divergence (a result worth recording;
+    any other failure is worth retrying)."""
+    return "diverged" in reason
+
+
 def run_job(job: Job) -> dict:
     """Run (or resume, or skip) one job; returns its ``summary.json``."""
     summary = job.run_dir / "summary.json"
@@ -82,7 +88,7 @@ def run_job(job: Job) -> dict:
         lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit code {proc.returncode}"
         print(f"  {job.label}: FAILED: {reason}", file=sys.stderr, flush=True)
-        if "diverged" in reason:  # a result; anything else (environment, data) is retried
+        if diverged(reason):  # a result; anything else (environment, data) is retried
             job.run_dir.mkdir(parents=True, exist_ok=True)
             marker.write_text(reason + "\n")
         return {"failed": reason}
@@ -148,7 +154,7 @@ def run_missing(
         summary = run_job(job)
         if "failed" not in summary:
             record(job.label, summary, job.run_dir)
-        elif record_failure is not None and "diverged" in summary["failed"]:
+        elif record_failure is not None and diverged(summary["failed"]):
             record_failure(job.label, summary["failed"])
 
     with ThreadPoolExecutor(max(1, parallel)) as pool:
@@ -167,7 +173,7 @@ def failed(runs: Sequence[dict]) -> str | None:
     bad = [r["failed"] for r in runs if "failed" in r]
     if not bad:
         return None
-    return "diverged" if "diverged" in bad[0] else "failed"
+    return "diverged" if diverged(bad[0]) else "failed"
 
 
 def pct(values: Sequence[float]) -> str:
