@@ -295,12 +295,9 @@ def report() -> str:
     for label, stem in ORDERING_ROWS.items():
         cells = []
         for pattern, seed in columns.values():
-            name = run_name(pattern.format(stem), "hetero", seed)
-            cells.append(
-                seeds_one(pattern.format(stem), "hetero", seed)
-                if name in planned or load(name)
-                else "n/a"
-            )
+            run = pattern.format(stem)
+            planned_here = run_name(run, "hetero", seed) in planned
+            cells.append(seeds_one(run, "hetero", seed) if planned_here else "n/a")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append(
         "\n### Pa3dFL's line search: the participants' mean α over the last 20 rounds (0: the received model)\n"

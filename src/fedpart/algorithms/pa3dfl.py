@@ -244,9 +244,8 @@ class Pa3dFL(WidthSliced):
             functools.partial(orthogonality, keys=self.conv_u),
             weight=self.options.lam,
         )
-        scale = self.options.local_head_lr_scale
-        objective = (
-            two_heads if scale == 1.0 else functools.partial(two_heads, local_head_lr_scale=scale)
+        objective = functools.partial(
+            two_heads, local_head_lr_scale=self.options.local_head_lr_scale
         )
         return Recipe(phases=(Phase(loss_terms=(reg,)),), objective=objective)
 
