@@ -13,6 +13,7 @@ from fedpart.models.factorized import (
     FactorizedCNN,
     FactorizedConv2d,
     FactorizedLinear,
+    flanc_eq5_ranks,
     offdiagonal_gram_penalty,
     pa3dfl_ranks,
 )
@@ -167,13 +168,16 @@ def test_factorized_cnn_at_full_width_is_the_plain_cnn_with_composed_weights(
         assert torch.allclose(model(x), plain(x), atol=1e-5)
 
 
-@pytest.mark.parametrize("decomposition", ["pa3dfl", "flanc"])
+@pytest.mark.parametrize(
+    ("decomposition", "ranks"), [("pa3dfl", "flanc"), ("flanc", "flanc"), ("flanc", "eq5")]
+)
 @pytest.mark.parametrize("p", [1 / 16, 1 / 2])
 def test_narrow_factorized_cnn_is_the_full_one_with_pruned_factors_zeroed(
-    decomposition: str, p: float
+    decomposition: str, ranks: str, p: float
 ) -> None:
     torch.manual_seed(1)
-    model = FactorizedCNN(10, (1, 28, 28), variant="fmnist", decomposition=decomposition).eval()
+    kw = {"variant": "fmnist", "decomposition": decomposition, "ranks": ranks}
+    model = FactorizedCNN(10, (1, 28, 28), **kw).eval()
     index = model_index_sets(model, p)
     sub = slice_state(model.state_dict(), index)
     small = narrow_model(model, p)
@@ -183,11 +187,33 @@ def test_narrow_factorized_cnn_is_the_full_one_with_pruned_factors_zeroed(
     for key in model.general_keys():
         assert torch.equal(sub[key], model.state_dict()[key])  # θ_u whole at every width
     zero = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
-    masked = FactorizedCNN(10, (1, 28, 28), variant="fmnist", decomposition=decomposition).eval()
+    masked = FactorizedCNN(10, (1, 28, 28), **kw).eval()
     masked.load_state_dict(embed_state(zero, sub, index))
     x = torch.randn(2, 1, 28, 28)
     with torch.no_grad():
         assert torch.allclose(small(x), masked(x), atol=1e-5)
+
+
+def test_flanc_layout_with_eq5_ranks_has_about_pa3dfl_s_personal_size() -> None:
+    # Table 3's "FLANC decomposition" read as a change of layout only: Eq. 5's R2, FLANC's R1
+    assert flanc_eq5_ranks(32, 64, 5, 1 / 16) == (2, 32)  # R2 = max(min(S, T), k²)
+    assert flanc_eq5_ranks(1, 32, 5, 1 / 16, first=True) == (1, 25)
+    assert flanc_eq5_ranks(3136, 512, 0, 1 / 16) == (196, 196)  # linear: R2 = R1
+
+    def sizes(decomposition: str, ranks: str) -> tuple[int, int]:
+        model = FactorizedCNN(
+            10, (1, 28, 28), variant="fmnist", decomposition=decomposition, ranks=ranks
+        )
+        state = model.state_dict()
+        return sum(state[k].numel() for k in model.general_keys()), sum(
+            state[k].numel() for k in model.personal_keys()
+        )
+
+    assert sizes("pa3dfl", "flanc") == (5_538, 1_687_952)
+    assert sizes("flanc", "flanc") == (27_112, 1_130_752)
+    assert sizes("flanc", "eq5") == (41_665, 1_704_736)
+    with pytest.raises(ValueError, match="rank rule"):
+        FactorizedCNN(10, (1, 28, 28), variant="fmnist", ranks="svd")
 
 
 def test_holder_average_of_factorized_clients_averages_theta_u_uniformly() -> None:

@@ -216,7 +216,13 @@ def test_resume_is_bit_identical(tiny_cfg, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "options", [{"hn_aggregation": False}, {"decomposition": "flanc"}, {"test_model": "trained"}]
+    "options",
+    [
+        {"hn_aggregation": False},
+        {"decomposition": "flanc"},
+        {"decomposition": "flanc", "flanc_ranks": "eq5"},
+        {"test_model": "trained"},
+    ],
 )
 def test_ablations_run(tiny_cfg, options):
     sim = Simulation(Config.from_dict(_cfg(tiny_cfg, options=options)))
@@ -244,6 +250,8 @@ def test_unsupported_model_and_bad_options_are_one_line_errors(tiny_cfg):
         Simulation(Config.from_dict({**_cfg(tiny_cfg), "model": {"name": "mlp"}}))
     with pytest.raises(ConfigError, match="algorithm.decomposition"):
         Simulation(Config.from_dict(_cfg(tiny_cfg, options={"decomposition": "svd"})))
+    with pytest.raises(ConfigError, match="algorithm.flanc_ranks"):
+        Simulation(Config.from_dict(_cfg(tiny_cfg, options={"flanc_ranks": "t4"})))
     with pytest.raises(ConfigError, match="algorithm.local_head_lr_scale"):
         Simulation(Config.from_dict(_cfg(tiny_cfg, options={"local_head_lr_scale": -1})))
 

@@ -67,6 +67,12 @@ TABLE3 = {
     "pa3dfl": ("Pa3dFL", (), 89.55),
     "pa3dfl-nohn": ("w.o. HN-based Agg.", ("algorithm.hn_aggregation=false",), 78.94),
     "pa3dfl-flanc": ("FLANC decomposition", ("algorithm.decomposition=flanc",), 84.58),
+    # the same ablation read as a change of layout only: Eq. 5's ranks, θ_v of Pa3dFL's size
+    "pa3dfl-flanceq5": (
+        "FLANC decomposition, Eq. 5 ranks",
+        ("algorithm.decomposition=flanc", "algorithm.flanc_ranks=eq5"),
+        84.58,
+    ),
 }
 #: HeteroFL diverges at its Table 7 Hetero. step size (0.1) on this CNN, which has no
 #: normalisation layer to absorb the Scaler's 1/p (×16 at p = 1/16): the variants that were run
@@ -110,6 +116,7 @@ def extended_from(name: str) -> str | None:
 ORDERING_ROWS = {
     "Pa3dFL": "pa3dfl",
     "FLANC decomposition": "pa3dfl-flanc",
+    "FLANC decomposition, Eq. 5 ranks": "pa3dfl-flanceq5",
     "w.o. HN-based Agg.": "pa3dfl-nohn",
     "HeteroFL, no Scaler": "heterofl-noscaler",
 }
@@ -160,6 +167,9 @@ def experiments() -> dict[str, list[Run]]:
         out["longer"].append((name, config, (f"federation.rounds={LONGER_ROUNDS}",)))
     for config in TWO_SEEDS:
         out["seeds"].append((run_name(config, "hetero", 1), config, ("seed=1",)))
+    # the ablation that lands above Pa3dFL: its seed spread
+    overrides = TABLE3["pa3dfl-flanc"][1]
+    out["seeds"].append((run_name("pa3dfl-flanc", "hetero", 1), "pa3dfl", (*overrides, "seed=1")))
     # the HeteroFL that trains here is the one Pa3dFL's ordering is checked against
     out["seeds"].append(
         (

@@ -29,7 +29,12 @@ from fedpart.engine.store import pack_clients, unpack_clients
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
 from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
-from fedpart.models.factorized import DECOMPOSITIONS, FactorizedCNN, offdiagonal_gram_penalty
+from fedpart.models.factorized import (
+    DECOMPOSITIONS,
+    RANK_RULES,
+    FactorizedCNN,
+    offdiagonal_gram_penalty,
+)
 from fedpart.models.width import holder_average
 
 State = dict[str, torch.Tensor]
@@ -62,6 +67,13 @@ class Pa3dFLOptions:
     decomposition: str = dataclasses.field(
         default="pa3dfl", metadata={"doc": "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)"}
     )
+    flanc_ranks: str = dataclasses.field(
+        default="flanc",
+        metadata={
+            "doc": "with decomposition=flanc: R2 = T/4 as FLANC's code (flanc) or by Eq. 5 "
+            "(eq5: only the layout changes, θ_v about Pa3dFL's size)"
+        },
+    )
     local_head_lr_scale: float = dataclasses.field(
         default=1.0,
         metadata={
@@ -85,15 +97,22 @@ class Pa3dFLOptions:
             raise ConfigError("algorithm.tau", f"must be > 0, got {self.tau}")
         if self.decomposition not in DECOMPOSITIONS:
             raise ConfigError("algorithm.decomposition", f"must be one of {DECOMPOSITIONS}")
+        if self.flanc_ranks not in RANK_RULES:
+            raise ConfigError("algorithm.flanc_ranks", f"must be one of {RANK_RULES}")
         if self.test_model not in TEST_MODELS:
             raise ConfigError("algorithm.test_model", f"must be one of {TEST_MODELS}")
 
 
 def factorized_model(
-    model: BlockModel, input_shape: tuple[int, ...], p_min: float, decomposition: str
+    model: BlockModel,
+    input_shape: tuple[int, ...],
+    p_min: float,
+    decomposition: str,
+    ranks: str = "flanc",
 ) -> FactorizedCNN:
     """The factorized form of a chain CNN (Pa3dFL's ``pa3dfl_cnn`` or the quick start's
-    ``fedavgcnn``), with both heads, fresh factors and ranks from ``p_min`` (Eq. 5)."""
+    ``fedavgcnn``), with both heads, fresh factors and ranks from ``p_min`` (Eq. 5; ``ranks``:
+    a FLANC layer's rank rule)."""
     if isinstance(model, Pa3dFLCNN):
         spec = PA3DFL_VARIANTS[model.variant]
         classes = model.head.out_features
@@ -110,7 +129,13 @@ def factorized_model(
             f"pa3dfl decomposes pa3dfl_cnn or fedavgcnn (without norm), not {type(model).__name__}",
         )
     return FactorizedCNN(
-        classes, input_shape, decomposition=decomposition, p_min=p_min, local_head=True, spec=spec
+        classes,
+        input_shape,
+        decomposition=decomposition,
+        p_min=p_min,
+        local_head=True,
+        spec=spec,
+        ranks=ranks,
     )
 
 
@@ -196,7 +221,8 @@ class Pa3dFL(WidthSliced):
     def wrap_model(self, model: BlockModel) -> BlockModel:
         p_min = block_p_min(self.sim.capacity.width)
         shape = tuple(self.sim.data.bundle.input_shape)
-        return factorized_model(model, shape, p_min, self.options.decomposition)
+        opts = self.options
+        return factorized_model(model, shape, p_min, opts.decomposition, opts.flanc_ranks)
 
     def setup(self) -> None:
         super().setup()

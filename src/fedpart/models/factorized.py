@@ -24,7 +24,8 @@ Coefficients: Pa3dFL Eq. (5), ``R1 = T·p_min`` and ``R2 = max(min(S, T), k²)``
 ``R2 = R1`` (linear) (:func:`pa3dfl_ranks`). FLANC's are not given by the Pa3dFL paper;
 :func:`flanc_ranks` uses a basis of ``R1 = S·p_min`` input channels (the whole input of the first
 layer) and ``R2 = T/4`` basis filters, which reproduces Pa3dFL's Table 2 FLANC FLOPs and sizes
-(``engine.width_cost``; ``docs/capacity.md``).
+(``engine.width_cost``; ``docs/capacity.md``). :func:`flanc_eq5_ranks` keeps FLANC's layout
+with Eq. 5's ``R2`` (the Table 3 ablation read as a change of layout only).
 
 :class:`FactorizedCNN` is the Pa3dFL CNN of Table 4 (both variants) built from these layers. Its
 blocks are ``general`` (every θ_u and bias), ``personal`` (every θ_v) and ``head`` (a plain
@@ -54,12 +55,17 @@ __all__ = [
     "FactorizedConv2d",
     "FactorizedLayer",
     "FactorizedLinear",
+    "RANK_RULES",
+    "flanc_eq5_ranks",
     "flanc_ranks",
     "offdiagonal_gram_penalty",
     "pa3dfl_ranks",
 ]
 
 DECOMPOSITIONS = ("pa3dfl", "flanc")
+#: how a FLANC-decomposed layer's ``R2`` is chosen: ``flanc`` (FLANC's code, ``T/4`` basis
+#: filters) or ``eq5`` (Pa3dFL's Eq. 5 rule, the Table 3 ablation's other reading)
+RANK_RULES = ("flanc", "eq5")
 
 #: Pa3dFL's default smallest width σ = 1/16 (``engine.capacity.DEFAULT_P_MIN``; not imported, so
 #: that the model zoo does not load the engine)
@@ -101,6 +107,23 @@ def flanc_ranks(
     """
     r1 = in_channels if first else _whole(in_channels * p_min, f"R1 = S·p_min ({in_channels})")
     return r1, max(1, round(out_channels * basis_fraction))
+
+
+def flanc_eq5_ranks(
+    in_channels: int, out_channels: int, kernel_size: int, p_min: float, *, first: bool = False
+) -> tuple[int, int]:
+    """FLANC's layout (Eq. 3) with Pa3dFL's rank rule (Eq. 5) for ``R2``: ``R1 = S·p_min``
+    (``S`` for the first layer: the groups FLANC's layout needs, as :func:`flanc_ranks`) and
+    ``R2 = max(min(S, T), k²)`` for a conv, ``R2 = R1`` for a linear layer.
+
+    A reading of Table 3's "Eq. (3) replaces Eq. (4)" that changes only the layout: θ_v then has
+    about as many entries as Pa3dFL's (1.70 M against 1.69 M on the Fashion-MNIST CNN), while
+    FLANC's own ``R2 = T/4`` gives a larger θ_u and a smaller θ_v (27 k / 1.13 M).
+    """
+    r1 = in_channels if first else _whole(in_channels * p_min, f"R1 = S·p_min ({in_channels})")
+    if kernel_size > 0:
+        return r1, max(min(in_channels, out_channels), kernel_size * kernel_size)
+    return r1, r1
 
 
 # --------------------------------------------------------------------------------- geometry
@@ -371,6 +394,8 @@ class _Layer:
 class FactorizedCNN(BlockModel):
     """The Pa3dFL CNNs of Table 4 (``variant`` ``cifar100`` or ``fmnist``) with every layer but
     the head factorized (``decomposition`` ``pa3dfl`` or ``flanc``), at width ``width``.
+    ``ranks`` picks a FLANC layer's rank rule (:data:`RANK_RULES`: :func:`flanc_ranks` or
+    :func:`flanc_eq5_ranks`); a Pa3dFL layer always takes Eq. 5 (:func:`pa3dfl_ranks`).
 
     Blocks: ``general`` (``<layer>_u`` and ``<layer>_bias`` for ``conv1, conv2, fc1, fc2``),
     ``personal`` (``<layer>_v``), ``head`` (``Linear(p·F → classes)``) and, with
@@ -396,9 +421,13 @@ class FactorizedCNN(BlockModel):
         width: float = 1.0,
         local_head: bool = False,
         spec: dict[str, Any] | None = None,
+        ranks: str = "flanc",
     ) -> None:
         super().__init__()
         c, h, w = image_shape("factorized_cnn", input_shape)
+        if ranks not in RANK_RULES:
+            raise ValueError(f"unknown rank rule {ranks!r}; valid: {RANK_RULES}")
+        self.ranks = ranks
         if spec is None and variant not in PA3DFL_VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; valid: {sorted(PA3DFL_VARIANTS)}")
         if decomposition not in DECOMPOSITIONS:
@@ -456,6 +485,8 @@ class FactorizedCNN(BlockModel):
             pm = _block_p_min(t if self.decomposition == "pa3dfl" else s, self.p_min)
             if self.decomposition == "pa3dfl":
                 r1, r2 = pa3dfl_ranks(s, t, k, pm, conv=k > 0)
+            elif self.ranks == "eq5":
+                r1, r2 = flanc_eq5_ranks(s, t, k, pm, first=first)
             else:
                 r1, r2 = flanc_ranks(s, t, pm, first=first)
             geo = Factorization(self.decomposition, s, t, k, r1, r2, 1, pad if k else 0)
@@ -542,6 +573,7 @@ class FactorizedCNN(BlockModel):
             width=p,
             local_head="local_head" in self._modules,
             spec=self.spec,
+            ranks=self.ranks,
         )
         small.load_state_dict(slice_state(self.state_dict(), self.width_index_sets(p)))
         return small
