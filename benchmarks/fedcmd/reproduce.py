@@ -152,12 +152,14 @@ def report() -> str:
         m, f = load(f"{config}-mnist"), load(f"{config}-fmnist")
         lines.append(f"| {label} | {spread(m, p_m)} | {spread(f, p_f)} |")
     lines.append("\n### Table II (fixed personalized layer, two-FC LeNet5)\n")
-    lines.append("| personalized layer | MNIST ours | paper | FMNIST ours | paper |")
-    lines.append("| --- | --- | --- | --- | --- |")
+    lines.append("| personalized layer | MNIST ours | paper | gap | FMNIST ours | paper | gap |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for layer, (p_m, p_f) in TABLE2.items():
         m = metric(load(f"fedcmd-fixed-{layer}-mnist"))
         f = metric(load(f"fedcmd-fixed-{layer}-fmnist"))
-        lines.append(f"| {layer} | {cell(m)} | {p_m:.3f} | {cell(f)} | {p_f:.3f} |")
+        lines.append(
+            f"| {layer} | {cell(m)} | {p_m:.3f} | {gap(m, p_m)} | {cell(f)} | {p_f:.3f} | {gap(f, p_f)} |"
+        )
     lines.append("\n### Fig. 5 ablation\n")
     lines.append("| variant | MNIST | FMNIST |")
     lines.append("| --- | --- | --- |")
@@ -169,11 +171,12 @@ def report() -> str:
         m, f = metric(load(f"{stem}-mnist")), metric(load(f"{stem}-fmnist"))
         lines.append(f"| {label} | {cell(m)} | {cell(f)} |")
     lines.append("\n### Table IX (FMNIST, FedCMD vs K_p)\n")
-    lines.append("| K_p | ours | paper |")
-    lines.append("| --- | --- | --- |")
+    lines.append("| K_p | ours | paper | gap |")
+    lines.append("| --- | --- | --- | --- |")
     for kp, paper in TABLE9.items():
         name = "fedcmd-fmnist" if kp == 20 else f"fedcmd-kp{kp}-fmnist"
-        lines.append(f"| {kp} | {cell(metric(load(name)))} | {paper:.3f} |")
+        value = metric(load(name))
+        lines.append(f"| {kp} | {cell(value)} | {paper:.3f} | {gap(value, paper)} |")
     lines.append("\n### Selected layer l* (round winners over the selection phase)\n")
     lines.append("| run | l* | round winners |")
     lines.append("| --- | --- | --- |")
