@@ -62,11 +62,13 @@ IDEAL = {
 #: the issue's minimum for Ideal, and the methods run with a second seed
 IDEAL_METHODS = ("fedavg", "ditto", "fjord", "fedrolex", "heterofl", "pa3dfl")
 TWO_SEEDS = ("pa3dfl", "fjord", "fedrolex", "fedavg")
+#: the FLANC-decomposition ablation with FLANC's own ranks (R2 = T/4)
+FLANC_OWN_RANKS = ("algorithm.decomposition=flanc", "algorithm.flanc_ranks=flanc")
 # Table 3 (Fashion-MNIST, Hetero.): run -> (label, overrides, paper)
 TABLE3 = {
     "pa3dfl": ("Pa3dFL", (), 89.55),
     "pa3dfl-nohn": ("w.o. HN-based Agg.", ("algorithm.hn_aggregation=false",), 78.94),
-    "pa3dfl-flanc": ("FLANC decomposition", ("algorithm.decomposition=flanc",), 84.58),
+    "pa3dfl-flanc": ("FLANC decomposition", FLANC_OWN_RANKS, 84.58),
     # the same ablation read as a change of layout only: Eq. 5's ranks, θ_v of Pa3dFL's size
     "pa3dfl-flanceq5": (
         "FLANC decomposition, Eq. 5 ranks",
@@ -88,7 +90,7 @@ HETEROFL_VARIANTS = {
 HEAD_LR = ("algorithm.local_head_lr_scale=0.01",)
 HEAD_LR_RUNS = {
     "pa3dfl-headlr0.01": ("Pa3dFL", ()),
-    "pa3dfl-flanc-headlr0.01": ("FLANC decomposition", ("algorithm.decomposition=flanc",)),
+    "pa3dfl-flanc-headlr0.01": ("FLANC decomposition", FLANC_OWN_RANKS),
     "pa3dfl-nohn-headlr0.01": ("w.o. HN-based Agg.", ("algorithm.hn_aggregation=false",)),
 }
 #: the ordering against HeteroFL at a larger budget: the paper's 5 local epochs (rounds and
