@@ -13,6 +13,7 @@ import fedpart
 from fedpart.algorithms.fedcmd import (
     gaussian,
     majority,
+    similarity_statistics,
     transfer_scores,
     vote,
     w2_gaussian,
@@ -249,3 +250,21 @@ def test_methods_needing_batchnorm_get_it_on_the_quick_start_model():
         "configs/quickstart.yaml", ["algorithm.name=fedcmd", "federation.rounds=2"], write=False
     )
     assert res.summary["fedcmd"]["layer"] in ("fc1", "fc2")
+
+
+def test_similarity_statistics_measure_the_distance_from_plain_averaging():
+    eye = torch.eye(4, dtype=torch.float64)
+    assert similarity_statistics(eye, "linear") == {"pairs": 0}  # no pair measured yet
+    equal = torch.ones(4, 4, dtype=torch.float64)  # every client alike: Eq. 7 is a plain mean
+    stats = similarity_statistics(equal, "linear")
+    assert stats["pairs"] == 6 and stats["tv_from_uniform_max"] == pytest.approx(0.0)
+    phi = eye.clone()
+    phi[0, 1] = phi[1, 0] = 1.0  # client 0 and 1 alike, 2 and 3 unlike anyone
+    phi[0, 2] = phi[2, 0] = 0.25
+    stats = similarity_statistics(phi, "linear")
+    # row 0 mixes clients 0, 1, 2 by 1, 1, 0.25 (TV from uniform 2/9); row 2 mixes clients 0
+    # and 2 by 0.25 and 1, i.e. 0.2 and 0.8: TV 0.3, the largest
+    assert stats["pairs"] == 2 and stats["phi_min"] == 0.25 and stats["phi_max"] == 1.0
+    assert stats["tv_from_uniform_max"] == pytest.approx(0.3, abs=1e-12)
+    soft = similarity_statistics(phi, "softmax")  # over all 4 clients, zeros included
+    assert 0 < soft["tv_from_uniform_max"] < 0.5

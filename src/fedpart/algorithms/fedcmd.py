@@ -219,6 +219,33 @@ def majority(votes: list[int] | list[str], order: list[Any]) -> Any:
     return next(v for v in order if counts.get(v, 0) == top)
 
 
+def similarity_statistics(phi: torch.Tensor, norm: str) -> dict[str, Any]:
+    """How far the similarity-weighted aggregation (Eq. 7) is from plain averaging: the
+    measured off-diagonal Φ_ij (pairs seen together in a round; the others stay 0) and, for each
+    client's row of mixing weights (``linear`` over Φ_ij > 0, or ``softmax`` over all clients),
+    its total-variation distance from the uniform weights on the same clients (0: the weighted
+    aggregation is an unweighted mean)."""
+    n = phi.shape[0]
+    off = phi[~torch.eye(n, dtype=torch.bool)]
+    seen = off[off > 0]
+    if seen.numel() == 0:
+        return {"pairs": 0}
+    distances = []
+    for i in range(n):
+        row = phi[i][phi[i] > 0] if norm == "linear" else phi[i]
+        weights = normalize_rows(row[None], norm)[0]
+        distances.append(0.5 * float((weights - 1.0 / weights.numel()).abs().sum()))
+    tv = torch.tensor(distances, dtype=torch.float64)
+    return {
+        "pairs": int(seen.numel()) // 2,
+        "phi_min": float(seen.min()),
+        "phi_mean": float(seen.mean()),
+        "phi_max": float(seen.max()),
+        "tv_from_uniform_median": float(tv.median()),
+        "tv_from_uniform_max": float(tv.max()),
+    }
+
+
 def cosine(a: torch.Tensor, b: torch.Tensor, eps: float) -> float:
     """a·b / (‖a‖‖b‖ + ε) of flattened tensors (Eq. 8)."""
     a, b = a.double().flatten(), b.double().flatten()
@@ -500,6 +527,7 @@ class FedCMD(Algorithm):
             "selection_rounds": self.selection_rounds,
             "round_winner_counts": {c: counts.get(c, 0) for c in self.candidates},
             "variant": self.options.variant,
+            "similarity": similarity_statistics(self.phi, self.options.switch("phi_norm")),
         }
 
     # ------------------------------------------------------------- checkpoints
