@@ -220,7 +220,7 @@ def test_resume_is_bit_identical(tiny_cfg, tmp_path):
     [
         {"hn_aggregation": False},
         {"decomposition": "flanc"},
-        {"decomposition": "flanc", "flanc_ranks": "eq5"},
+        {"decomposition": "flanc", "flanc_ranks": "flanc"},
         {"test_model": "trained"},
     ],
 )

@@ -68,10 +68,10 @@ class Pa3dFLOptions:
         default="pa3dfl", metadata={"doc": "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)"}
     )
     flanc_ranks: str = dataclasses.field(
-        default="flanc",
+        default="eq5",
         metadata={
-            "doc": "with decomposition=flanc: R2 = T/4 as FLANC's code (flanc) or by Eq. 5 "
-            "(eq5: only the layout changes, θ_v about Pa3dFL's size)"
+            "doc": "with decomposition=flanc: R2 by Eq. 5 (eq5: only the layout changes, θ_v "
+            "about Pa3dFL's size) or R2 = T/4 as FLANC's code (flanc)"
         },
     )
     local_head_lr_scale: float = dataclasses.field(
