@@ -302,3 +302,36 @@ def test_the_last_two_checkpoints_are_kept(cfg, tmp_path):
     assert rounds == [4, 4]  # the final save after the last round's checkpoint
     tensors = load_file(str(out / "checkpoint" / "state.safetensors"))
     assert all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point())
+
+
+def test_every_algorithm_option_round_trips_through_the_run_config():
+    from fedpart.algorithms import ALGORITHMS
+    from fedpart.engine.simulation import resolved_options
+
+    for name, cls in ALGORITHMS.items():
+        options = cls.parse_options({})
+        text = yaml.safe_dump(resolved_options(options))
+        assert cls.parse_options(yaml.safe_load(text)) == options, name
+
+
+def test_config_yaml_records_every_option_so_a_changed_default_cannot_change_a_resume(
+    tiny_cfg, tmp_path, monkeypatch
+):
+    from fedpart.algorithms import ALGORITHMS
+    from fedpart.algorithms.fedprox import FedProxOptions
+    from fedpart.api import resume
+    from fedpart.config import Config
+
+    cfg = {**tiny_cfg, "algorithm": {"name": "fedprox"}}
+    cfg["federation"] = {**cfg["federation"], "rounds": 2}
+    Simulation(Config.from_dict(cfg), run_dir=tmp_path / "run").run()
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["algorithm"]
+    assert written["mu"] == FedProxOptions().mu == 0.01  # the default, written out
+    # a later version with another default resumes the run with the value it started with
+    monkeypatch.setattr(FedProxOptions.__init__, "__defaults__", (123.0,))
+    assert FedProxOptions().mu == 123.0
+    cls = ALGORITHMS["fedprox"]
+    parse, used = cls.parse_options, []
+    monkeypatch.setattr(cls, "parse_options", lambda raw: used.append(parse(raw)) or used[-1])
+    resume(tmp_path / "run", ["federation.rounds=3"])
+    assert used and all(o.mu == 0.01 for o in used)

@@ -187,6 +187,22 @@ def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> 
     return sorted(int(c) for c in chosen)
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def resolved_options(options: Any) -> dict[str, Any]:
+    """A method's parsed options as ``algorithm.*`` config values (every field, defaults
+    included; tuples as lists), which parse back to the same options."""
+    if not dataclasses.is_dataclass(options):
+        return {}
+    return {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options)}
+
+
 class Simulation:
     """One experiment: data, model, method, state store, and the loop over rounds.
 
@@ -203,6 +219,13 @@ class Simulation:
     ) -> None:
         from fedpart.algorithms import ALGORITHMS
 
+        algo_cls = ALGORITHMS[cfg.algorithm.name]
+        options = algo_cls.parse_options(cfg.algorithm.options)
+        # every option's value, defaults included, goes into the run's config.yaml and
+        # checkpoint: a resumed run keeps the values it started with if a default changes later
+        cfg = dataclasses.replace(
+            cfg, algorithm=dataclasses.replace(cfg.algorithm, options=resolved_options(options))
+        )
         self.cfg = cfg
         self.quiet = quiet
         if cfg.engine.threads:
@@ -226,8 +249,7 @@ class Simulation:
         self.capacity = capacity_profile(
             f.capacity, data.num_clients, cfg.seed, f.capacity_values, f.p_min
         )
-        algo_cls = ALGORITHMS[cfg.algorithm.name]
-        self.algorithm = algo_cls(algo_cls.parse_options(cfg.algorithm.options), self)
+        self.algorithm = algo_cls(options, self)
         torch.manual_seed(seed_for(cfg.seed, "init"))
         model = build_model(
             cfg.model.name,
