@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import yaml
-from safetensors.torch import load_file
 
 from fedpart.algorithms.fedcmd import FedCMDOptions, similarity_statistics
+from fedpart.errors import FedpartError
+from fedpart.tracking.run_dir import RunDir
 
 
 def main(paths: list[str]) -> int:
@@ -26,16 +27,21 @@ def main(paths: list[str]) -> int:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     for path in map(Path, paths):
-        state = path / "checkpoint" / "state.safetensors"
-        if not state.is_file():
-            print(f"{path}: no checkpoint (checkpoint/state.safetensors)", file=sys.stderr)
+        run = RunDir(path)
+        if not run.has_checkpoint():
+            print(f"{path}: no checkpoint", file=sys.stderr)
             return 2
         algorithm = dict(yaml.safe_load((path / "config.yaml").read_text())["algorithm"])
         if algorithm.pop("name") != "fedcmd":
             print(f"{path}: not a FedCMD run", file=sys.stderr)
             return 2
         norm = FedCMDOptions(**algorithm).switch("phi_norm")
-        phi = load_file(str(state))["extra/phi"].double()
+        try:
+            tensors, _ = run.load_checkpoint()  # digest-checked, checkpoint.prev as fallback
+        except FedpartError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        phi = tensors["extra/phi"].double()
         stats = similarity_statistics(phi, norm)
         print(json.dumps({"run": path.name, "phi_norm": norm, **stats}))
     return 0

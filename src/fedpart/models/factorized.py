@@ -85,9 +85,17 @@ def pa3dfl_ranks(
     """Pa3dFL Eq. (5): ``R1 = T·p_min``; ``R2 = max(min(S, T), k²)`` for a conv, ``R1`` for a
     linear layer. ``T·p_min`` must be a whole number (every width is a multiple of ``p_min``)."""
     r1 = _whole(out_channels * p_min, f"R1 = T·p_min ({out_channels}·{p_min})")
-    if conv:
-        return r1, max(min(in_channels, out_channels), kernel_size * kernel_size)
-    return r1, r1
+    return r1, _eq5_r2(in_channels, out_channels, kernel_size, r1, conv=conv)
+
+
+def _eq5_r2(in_channels: int, out_channels: int, kernel_size: int, r1: int, *, conv: bool) -> int:
+    """Eq. (5)'s ``R2``: ``max(min(S, T), k²)`` for a conv, ``R1`` for a linear layer."""
+    return max(min(in_channels, out_channels), kernel_size * kernel_size) if conv else r1
+
+
+def _flanc_groups(in_channels: int, p_min: float, first: bool) -> int:
+    """FLANC's ``R1``: ``S·p_min`` input channels per group, ``S`` for the first layer."""
+    return in_channels if first else _whole(in_channels * p_min, f"R1 = S·p_min ({in_channels})")
 
 
 def flanc_ranks(
@@ -105,8 +113,7 @@ def flanc_ranks(
     largest group that the narrowest client's ``p_min·S`` inputs still divide into. These are the
     values with which Pa3dFL's Table 2 FLANC row is reproduced (FLOPs within 0.3%).
     """
-    r1 = in_channels if first else _whole(in_channels * p_min, f"R1 = S·p_min ({in_channels})")
-    return r1, max(1, round(out_channels * basis_fraction))
+    return _flanc_groups(in_channels, p_min, first), max(1, round(out_channels * basis_fraction))
 
 
 def flanc_eq5_ranks(
@@ -120,10 +127,8 @@ def flanc_eq5_ranks(
     about as many entries as Pa3dFL's (1.70 M against 1.69 M on the Fashion-MNIST CNN), while
     FLANC's own ``R2 = T/4`` gives a larger θ_u and a smaller θ_v (27 k / 1.13 M).
     """
-    r1 = in_channels if first else _whole(in_channels * p_min, f"R1 = S·p_min ({in_channels})")
-    if kernel_size > 0:
-        return r1, max(min(in_channels, out_channels), kernel_size * kernel_size)
-    return r1, r1
+    r1 = _flanc_groups(in_channels, p_min, first)
+    return r1, _eq5_r2(in_channels, out_channels, kernel_size, r1, conv=kernel_size > 0)
 
 
 # --------------------------------------------------------------------------------- geometry
