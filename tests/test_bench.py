@@ -228,3 +228,256 @@ def test_timed_rounds_are_interleaved_across_variants():
     for r in results:
         assert [row["round"] for row in r.rounds] == [1, 2, 3]
         assert r.samples_per_round == 30 and r.accuracy == 0.5
+
+
+# ----------------------------------------------------------------------------- --device
+def test_bench_device_cuda_without_a_gpu_is_one_line_and_exit_2(monkeypatch, capsys):
+    """``fedpart bench --device cuda`` on a machine without a GPU: one line naming the cause,
+    exit code 2, nothing on stdout, before any data is loaded."""
+    from fedpart.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(harness, "run_bench", lambda *a, **k: pytest.fail("ran without a GPU"))
+    assert main(["bench", "--device", "cuda", "--data-root", "/nonexistent"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith(
+        "error: --device cuda: CUDA was requested but no GPU is available"
+    )
+    assert "use --device cpu" in captured.err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_bench_device_cuda_subprocess_has_no_traceback():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedpart.cli", "bench", "--device", "cuda:0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "--device cuda:0: CUDA was requested but no GPU is available" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--device", "tpu"], "expected cpu, cuda or cuda:N"),
+        (["--device", "cuda", "--variants", "naive,batched"], "naive run on the CPU only"),
+        (["--device", "cuda", "--workers", "2"], "--workers: the process backend runs on the CPU"),
+        (["--device", "cuda", "--workloads", "scale1000"], "scale1000 measures the process memory"),
+        (["--variants", "fast"], "unknown variant(s) fast"),
+        (["--deterministic", "maybe"], "expected true or false"),
+    ],
+)
+def test_bench_device_usage_errors(argv, message, capsys):
+    assert harness.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_bench_device_defaults():
+    """On a GPU: the FedAvgCNN workloads, the sequential, batched and ceiling variants, no
+    worker processes; the engine's configs carry the device (and --deterministic when given)."""
+    opts = harness.parse_args(["--device", "cuda:1", "--deterministic", "false"])
+    assert opts.workloads == ["fedavg", "fedper", "fedrep", "dfedpgp"]
+    assert opts.variants == ["sequential", "batched", "ceiling"] and opts.workers == []
+    cfg = harness.workload_config(harness.WORKLOADS["dfedpgp"], opts, "batched")
+    assert cfg.engine.device == "cuda:1" and cfg.engine.backend == "batched"
+    assert cfg.engine.deterministic is False
+    cpu = harness.parse_args(["--workers", "0"])
+    assert cpu.device == "cpu" and cpu.variants == list(harness.VARIANT_KINDS)
+    assert cpu.workloads == list(harness.WORKLOADS)
+    assert (
+        harness.workload_config(harness.WORKLOADS["fedper"], cpu, "sequential").engine.device
+        == "cpu"
+    )
+
+
+def test_bench_variants_on_the_cpu_with_the_batched_ratios(tmp_path):
+    """``--variants sequential,batched,ceiling`` (what a GPU runs) on the CPU: those rows only,
+    the CPU table's columns, and the batched / sequential and batched / ceiling note."""
+    out = tmp_path / "bench.md"
+    argv = ["--dataset", "digits", "--clients", "6", "--min-size", "10", "--repeats", "1"]
+    argv += ["--workloads", "fedper", "--variants", "ceiling,batched,sequential", "--out", str(out)]
+    assert harness.main(argv) == 0
+    report = out.read_text()
+    rows = {r["variant"]: r for r in _tables(report)["fedper"]}
+    assert list(rows) == ["sequential", "batched", "ceiling"]
+    assert all(list(r) == harness.COLUMNS for r in rows.values())
+    assert re.search(
+        r"- batched / sequential: training throughput [\d.]+x, end-to-end [\d.]+x "
+        r"\([\d.]+ s -> [\d.]+ s per round\); batched / ceiling: training throughput [\d.]+x",
+        report,
+    )
+    assert "## targets" not in report  # the GPU targets are in GPU reports only
+
+
+def _variant(
+    name: str,
+    samples_per_s: float,
+    train_s: float,
+    end_to_end_s: float,
+    eval_free: bool = False,
+    **kw,
+):
+    return harness.VariantResult(
+        name,
+        backend=name,
+        samples_per_round=1000,
+        samples_per_s=samples_per_s,
+        train_s=train_s,
+        eval_s=None if eval_free else end_to_end_s - train_s,
+        end_to_end_s=end_to_end_s,
+        setup_s=0.1,
+        peak_bytes=500 * harness.MB,
+        **kw,
+    )
+
+
+def test_gpu_table_and_targets_from_measurements():
+    """The GPU table (GPU memory, ratios against sequential and the ceiling) and the targets:
+    FedPer batched >= 5x sequential, a 100-client DFedPGP round < 1 s."""
+    gpu_mem = {"gpu_peak_delta_bytes": 30 * harness.MB, "gpu_round_bytes": 12 * harness.MB}
+    fedper = harness.WorkloadResult(harness.WORKLOADS["fedper"], "FedPer", clients=100)
+    fedper.variants = [
+        _variant("sequential", 1000, 1.0, 1.5, gpu_peak_bytes=80 * harness.MB, **gpu_mem),
+        _variant("batched", 6000, 1 / 6, 0.5, gpu_peak_bytes=90 * harness.MB, **gpu_mem),
+        _variant("ceiling", 12000, 1 / 12, 1 / 12, eval_free=True),
+    ]
+    dfedpgp = harness.WorkloadResult(harness.WORKLOADS["dfedpgp"], "DFedPGP", clients=100)
+    dfedpgp.variants = [
+        _variant("sequential", 1000, 4.0, 4.5),
+        _variant("batched", 3000, 1.25, 1.4),
+        harness.VariantResult("ceiling", na="n/a (test)"),
+    ]
+    table = harness.device_workload_table(fedper)
+    assert table[0] == "| " + " | ".join(harness.DEVICE_COLUMNS) + " |"
+    seq, bat, ceil = (_tables("## t\n" + "\n".join(table))["t"][i] for i in range(3))
+    assert (
+        bat["train speed vs sequential"] == "6.00×" and bat["end-to-end vs sequential"] == "3.00×"
+    )
+    assert bat["train speed vs ceiling"] == "0.50×" and seq["train speed vs sequential"] == "1.00×"
+    assert bat["peak Δ GPU MB"] == "30" and bat["round Δ GPU MB"] == "12"
+    assert bat["peak GPU MB"] == "90" and ceil["peak GPU MB"] == "—"
+    assert ceil["end-to-end vs sequential"] == "—" and ceil["eval s/round"] == "—"
+    assert harness.batched_ratios(fedper.variants) == [
+        "batched / sequential: training throughput 6.00x, end-to-end 3.00x (1.500 s -> 0.500 s "
+        "per round); batched / ceiling: training throughput 0.50x"
+    ]
+    targets = harness.gpu_targets([fedper, dfedpgp], "cuda")
+    assert [met for _, _, met in targets] == ["yes", "no"]
+    assert targets[0][1] == "6.00x (1,000 -> 6,000 samples/s)"
+    assert targets[1][1].startswith("1.250 s")
+    assert [met for _, _, met in harness.gpu_targets([fedper, dfedpgp], "cpu")] == ["not a GPU"] * 2
+    assert [m for _, _, m in harness.gpu_targets([], "cuda")] == ["not measured"] * 2
+
+
+def test_gpu_timers_synchronize_and_memory_is_reset_per_measurement(monkeypatch):
+    """On a CUDA device every timer read follows a ``torch.cuda.synchronize()``; the memory of
+    the set-up and warm-up round and of each timed round comes from a fresh peak."""
+    calls: list[str] = []
+    mem = {"allocated": 100, "peak": 100}
+
+    def allocate(n: int, keep: bool) -> None:
+        mem["peak"] = max(mem["peak"], mem["allocated"] + n)
+        if keep:
+            mem["allocated"] += n
+
+    def reset(*_a) -> None:
+        calls.append("reset")
+        mem["peak"] = mem["allocated"]
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *_a: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *_a: mem["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *_a: mem["peak"])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    clock = iter(range(10_000))
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: calls.append("clock") or next(clock))
+
+    class Fake:
+        backend = "fake"
+
+        def __init__(self) -> None:
+            allocate(1000, keep=True)  # its state: stays allocated
+
+        def train_round(self, rnd: int) -> int:
+            calls.append("train")
+            allocate(50 if rnd == 0 else 20 * rnd, keep=False)  # working memory, freed
+            return 10
+
+        def evaluate(self) -> dict[str, float]:
+            calls.append("eval")
+            return {"accuracy": 0.5}
+
+    (result,) = harness.measure_interleaved([("v", Fake)], repeats=2, device=torch.device("cuda"))
+    clocks = [i for i, c in enumerate(calls) if c == "clock"]
+    assert clocks and all(calls[i - 1] == "sync" for i in clocks[1:]), calls
+    assert calls.count("train") == 3 and calls.count("eval") == 3
+    assert calls.count("reset") == 3  # set-up + warm-up, then each timed round
+    assert result.gpu_peak_delta_bytes == 1050  # the state and the warm-up round's work
+    assert result.gpu_round_bytes == 40  # the largest timed round's working memory
+    assert result.gpu_peak_bytes == 1100 + 50  # the highest allocation seen
+
+
+def test_bench_runs_the_gpu_path_on_the_fake_cuda_device(monkeypatch, tmp_path):
+    """``--device cuda`` end to end on the CPU-backed fake CUDA device of ``tests/fake_cuda.py``
+    (placement checked, the CPU's kernels): the engine, the ceiling and the data on "cuda",
+    the GPU table, the notes and the targets."""
+    fake_cuda = pytest.importorskip("fake_cuda")
+    if torch.cuda.is_available():
+        pytest.skip("a real GPU: the fake device is for CPU-only machines")
+    switches = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # restored afterwards
+
+    class Props:
+        total_memory, major, minor = 80 * 1024**3, 9, 0
+
+    out = tmp_path / "gpu.md"
+    argv = ["--device", "cuda", "--dataset", "digits", "--clients", "6", "--min-size", "10"]
+    argv += ["--repeats", "1", "--workloads", "fedper", "--out", str(out)]
+    try:
+        with fake_cuda.FakeCuda():
+            for name, value in {
+                "memory_allocated": lambda *a: 0,
+                "empty_cache": lambda: None,
+                "get_device_properties": lambda *a: Props,
+                "current_device": lambda: 0,
+            }.items():
+                monkeypatch.setattr(torch.cuda, name, value)
+            assert harness.main(argv) == 0
+    finally:
+        torch.use_deterministic_algorithms(switches[0])
+        torch.backends.cudnn.deterministic = switches[1]
+        torch.backends.cudnn.benchmark = switches[2]
+        torch.backends.cuda.matmul.allow_tf32 = switches[3]
+        torch.backends.cudnn.allow_tf32 = switches[4]
+    report = out.read_text()
+    assert report.startswith("# fedpart bench on cuda")
+    assert "- device: fake CUDA (CPU checker) (cuda:0), 80.0 GiB, compute capability 9.0" in report
+    assert "cudnn.deterministic=True" in report and "torch.cuda.synchronize()" in report
+    tables = _tables(report)
+    rows = {r["variant"]: r for r in tables["fedper"]}
+    assert list(rows) == ["sequential", "batched", "ceiling"]
+    assert all(list(r) == harness.DEVICE_COLUMNS for r in rows.values())
+    assert rows["batched"]["backend"] == "batched"
+    assert rows["sequential"]["accuracy %"] == rows["batched"]["accuracy %"]
+    assert len({r["client-samples/round"] for r in rows.values()}) == 1
+    assert [r["target"] for r in tables["targets"]] == [
+        "FedPer: batched training throughput >= 5x sequential",
+        "DFedPGP, 100 clients: one round (training + mixing) < 1 s, batched",
+    ]
+    assert "the data pool was moved onto cuda once" in report
+    assert "- batched / sequential: training throughput" in report

@@ -183,10 +183,12 @@ def test_shared_body_evaluation_equals_per_client(tiny_cfg, algorithm):
 
 
 @pytest.mark.parametrize("shape", [(37, 11), (128, 512)])
-def test_averaging_in_column_blocks_is_bit_identical(monkeypatch, shape):
-    """A large tensor is averaged a block of columns at a time (so that 1,000 uploads are never
-    stacked whole); every coordinate gets the same products and sums as stacking everything."""
-    import fedpart.engine.mixing as mixing
+def test_averaging_is_the_same_sum_whatever_the_layout(shape):
+    """An average is Σ_j w_j·x_j accumulated in client order, one rounding per product and per
+    sum: every coordinate's value depends on that coordinate alone, so averaging a tensor, its
+    column blocks one at a time, or its transpose gives the same bits on any machine (a BLAS
+    product's sum order may depend on the shape: MKL on Intel CPUs differs from AMD)."""
+    from fedpart.engine.mixing import weighted_average
 
     gen = torch.Generator().manual_seed(0)
     n = 23 if shape == (37, 11) else 300
@@ -195,10 +197,27 @@ def test_averaging_in_column_blocks_is_bit_identical(monkeypatch, shape):
         for _ in range(n)
     ]
     weights = torch.rand(n, generator=gen, dtype=torch.float64).tolist()
-    whole = mixing.weighted_average(states, weights, ["w", "n"])
-    columns = 5 if shape == (37, 11) else 4096  # per block: 82 and 16 blocks
-    monkeypatch.setattr(mixing, "MIX_BLOCK_ELEMENTS", n * columns)
-    blocks = mixing.weighted_average(states, weights, ["w", "n"])
-    assert torch.equal(whole["w"], blocks["w"]) and torch.equal(whole["n"], blocks["n"])
-    assert blocks["w"].shape == shape
+    whole = weighted_average(states, weights, ["w", "n"])
+    w = torch.tensor(weights, dtype=torch.float64)
+    w32 = (w / w.sum()).float()
+    expected = states[0]["w"] * w32[0]
+    for j in range(1, n):
+        expected = expected + states[j]["w"] * w32[j]
+    assert torch.equal(whole["w"], expected)
+    columns = 5
+    blocks = torch.cat(
+        [
+            weighted_average([{"w": s["w"][:, a : a + columns]} for s in states], weights, ["w"])[
+                "w"
+            ]
+            for a in range(0, shape[1], columns)
+        ],
+        dim=1,
+    )
+    assert torch.equal(whole["w"], blocks)
+    transposed = weighted_average([{"w": s["w"].t().contiguous()} for s in states], weights, ["w"])
+    assert torch.equal(whole["w"], transposed["w"].t())
+    ints = torch.stack([s["n"] for s in states]).double()
+    assert torch.equal(whole["n"], ((w / w.sum()) @ ints).round().long())
+    assert whole["w"].shape == shape
     assert not torch.equal(whole["w"], states[0]["w"])  # something was mixed

@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "bench",
         help="performance harness: naive loop vs sequential vs batched vs a centralized "
-        "ceiling (fedpart bench --help)",
+        "ceiling; --device cuda: sequential vs batched vs ceiling on a GPU (fedpart bench --help)",
         add_help=False,
     )
 

@@ -167,18 +167,27 @@ class EngineConfig:
     run the fixed body once per phase, ``eval_batch_size`` samples at a time, and train the head
     on those features, where that is exact (no augmentation, no BatchNorm or dropout in the body,
     the plain task loss); equal to per-batch body passes up to float rounding.
+    ``eval_batch_size``: samples per evaluation forward pass; 0 (default) is 256 on the CPU and
+    4,096 on CUDA (``engine.placement.EVAL_BATCH_SIZE``), resolved into the run's config.yaml.
+    ``ray_gpus_per_client``: on CUDA, the fraction of a GPU each Ray client task asks for (0.25:
+    four clients share one GPU at a time). ``deterministic``: on CUDA, pin the kernels that
+    would otherwise vary from run to run (cuDNN deterministic and not benchmarking,
+    ``torch.use_deterministic_algorithms``, ``CUBLAS_WORKSPACE_CONFIG``, TF32 off); recorded in
+    ``summary.json`` (``docs/reliability.md``).
     """
 
     backend: str = "auto"
     device: str = "cpu"
     threads: int = 0
-    eval_batch_size: int = 256
+    eval_batch_size: int = 0
     conv_layout: str = "auto"
     cache_features: bool = True
     batch_clients: int = 0
     ray_address: str = ""
     ray_workers: int = 0
+    ray_gpus_per_client: float = 0.25
     workers: int = 0
+    deterministic: bool = True
 
 
 @dataclass
@@ -548,8 +557,15 @@ def validate(cfg: Config) -> None:
     _range("engine.threads", cfg.engine.threads, 0, 1024)  # more would only stall the run
     _range("engine.batch_clients", cfg.engine.batch_clients, 0)
     _range("engine.ray_workers", cfg.engine.ray_workers, 0)
+    _range("engine.ray_gpus_per_client", cfg.engine.ray_gpus_per_client, 0.0, 1.0, lo_open=True)
+    if cfg.engine.device.startswith("cuda") and cfg.engine.backend == "processes":
+        raise ConfigError(
+            "engine.backend",
+            "processes runs clients in CPU worker processes and cannot share a GPU; on CUDA use "
+            "engine.backend=batched (one GPU) or ray (clients as Ray tasks on one or more GPUs)",
+        )
     _range("engine.workers", cfg.engine.workers, 0)
-    _range("engine.eval_batch_size", cfg.engine.eval_batch_size, 1)
+    _range("engine.eval_batch_size", cfg.engine.eval_batch_size, 0)
 
     _range("evaluation.every", cfg.evaluation.every, 1)
     _range("evaluation.last_k", cfg.evaluation.last_k, 1)

@@ -94,7 +94,7 @@ class PushSum(Decentralized):
     mixing: ClassVar[str] = "push"
 
     def setup(self) -> None:
-        self.mu = torch.ones(self.sim.data.num_clients, dtype=torch.float64)
+        self.mu = torch.ones(self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device)
 
     def step_scale(self, client: int) -> float:
         """The factor ``1 / μ_i`` on the learning rate of steps taken on the biased ``u_i``."""
@@ -117,4 +117,4 @@ class PushSum(Decentralized):
         return {"push_sum_weights": self.mu.clone()}, {}
 
     def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.mu = tensors["push_sum_weights"].to(torch.float64).cpu()
+        self.mu = tensors["push_sum_weights"].to(device=self.sim.device, dtype=torch.float64)

@@ -365,7 +365,7 @@ class DisPFL(Decentralized):
         order = torch_generator(settings.seed, "batches", rnd, client, _SCREEN_PHASE, 0)
         augment = torch_generator(settings.seed, "augment", rnd, client, _SCREEN_PHASE, 0)
         positions = batch_slices(
-            int(train_idx.numel()), settings.batch_size, settings.drop_last, order
+            int(train_idx.numel()), settings.batch_size, settings.drop_last, order, train_idx.device
         )[0]
         x, y = sim.data.batch(train_idx[positions], train=True, generator=augment)
         state = result.state

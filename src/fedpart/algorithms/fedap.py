@@ -112,7 +112,9 @@ def batchnorm_input_statistics(
     def accumulate(index: int):  # noqa: ANN202 - a forward pre-hook
         def hook(_module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
             x = inputs[0].detach().double().transpose(0, 1).flatten(1)  # [channels, values]
-            count = torch.full((x.shape[0],), float(x.shape[1]), dtype=torch.float64)
+            count = torch.full(
+                (x.shape[0],), float(x.shape[1]), dtype=torch.float64, device=x.device
+            )
             batch = torch.stack([count, x.sum(1), (x * x).sum(1)])
             moments[index] = batch if moments[index] is None else moments[index] + batch
 
@@ -158,7 +160,7 @@ def similarity_weights(distances: torch.Tensor, momentum: float) -> torch.Tensor
     λ on the diagonal (rows sum to 1)."""
     n = distances.shape[0]
     if n == 1:
-        return torch.ones(1, 1, dtype=torch.float64)
+        return torch.ones(1, 1, dtype=torch.float64, device=distances.device)
     d = distances.to(torch.float64)
     inverse = torch.where(d == 0, torch.full_like(d, _SAME_CLIENT_WEIGHT), 1.0 / d)
     inverse.fill_diagonal_(0.0)
@@ -274,7 +276,7 @@ class FedAP(LocalBatchNorm):
                 batchnorm_input_statistics(sim.model, sim.store.client_state(client), batches)
             )
         n = len(stats)
-        distances = torch.zeros(n, n, dtype=torch.float64)
+        distances = torch.zeros(n, n, dtype=torch.float64, device=self.sim.device)
         for i in range(n):
             for j in range(i + 1, n):
                 distances[i, j] = distances[j, i] = wasserstein(stats[i], stats[j])

@@ -226,7 +226,7 @@ def similarity_statistics(phi: torch.Tensor, norm: str) -> dict[str, Any]:
     its total-variation distance from the uniform weights on the same clients (0: the weighted
     aggregation is an unweighted mean)."""
     n = phi.shape[0]
-    off = phi[~torch.eye(n, dtype=torch.bool)]
+    off = phi[~torch.eye(n, dtype=torch.bool, device=phi.device)]
     seen = off[off > 0]
     if seen.numel() == 0:
         return {"pairs": 0}
@@ -315,7 +315,7 @@ class FedCMD(Algorithm):
             )
         self.layer: str | None = None
         self.round_winners: list[str] = []
-        self.phi = torch.eye(self.sim.data.num_clients, dtype=torch.float64)
+        self.phi = torch.eye(self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device)
         #: the server's copy of each client's latest upload of the layers after l* (Eq. 7)
         self.latest: dict[int, State] = {}
         #: the whole latest model of every client (phase 1 under all_clients_uniform)

@@ -76,7 +76,9 @@ class FedFomo(Algorithm):
     backends = ("sequential",)  # its own local update
 
     def setup(self) -> None:
-        self.affinity = torch.eye(self.sim.data.num_clients, dtype=torch.float64)
+        self.affinity = torch.eye(
+            self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device
+        )
         shared = set(self.sim.store.shared_keys())
         self.params = [k for k, _ in self.sim.model.named_parameters() if k in shared]
         self.previous: list[int] = []  # the clients that uploaded in the last round
@@ -95,7 +97,8 @@ class FedFomo(Algorithm):
     def hold_out(self, rnd: int, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(validation, training) indices of ``client`` in round ``rnd``."""
         if self.options.M == 0:  # nothing to weight: train on everything, exactly Local
-            return torch.empty(0, dtype=torch.long), self.sim.data.clients[client].train
+            train = self.sim.data.clients[client].train
+            return train.new_empty(0), train
         keys = (rnd,) if self.options.val_resplit else ()
         return split_train(self.sim, client, self.options.val_ratio, _VAL_STREAM, *keys)
 

@@ -40,7 +40,10 @@ def orthogonality(keys: tuple[str, ...]) -> Any:
         for k in keys:
             u = params[k]
             gram = u.t() @ u
-            total = total + (gram - torch.eye(gram.shape[0], dtype=u.dtype)).pow(2).sum()
+            total = (
+                total
+                + (gram - torch.eye(gram.shape[0], dtype=u.dtype, device=u.device)).pow(2).sum()
+            )
         return total / len(keys)
 
     return penalty

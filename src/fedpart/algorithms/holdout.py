@@ -32,7 +32,7 @@ def split_train(
     count = int(fraction * train.numel())
     order = torch.randperm(
         train.numel(), generator=torch_generator(sim.cfg.seed, "algorithm", stream, client, *keys)
-    )
+    ).to(train.device)
     held, kept = train[order[:count]], train[order[count:]]
     return held.sort().values, kept.sort().values
 

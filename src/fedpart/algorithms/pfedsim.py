@@ -80,7 +80,9 @@ class PFedSim(Algorithm):
         o = self.options
         rounds = self.sim.cfg.federation.rounds
         self.warmup = int(rounds * o.warmup_ratio) if o.warmup_rounds is None else o.warmup_rounds
-        self.similarity = torch.eye(self.sim.data.num_clients, dtype=torch.float64)
+        self.similarity = torch.eye(
+            self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device
+        )
         self.classifier = classifier_weight_key(self.sim.model)
         self.personalized = False
         if self.warmup == 0:

@@ -73,7 +73,7 @@ def filter_magnitude(state: State, layer: str) -> torch.Tensor:
 def top_filters(score: torch.Tensor, k: int, tiebreak: torch.Tensor | None = None) -> torch.Tensor:
     """The ``k`` highest-scoring filters in ascending index order; equal scores are ordered by
     ``tiebreak`` (descending), then by index."""
-    order = torch.arange(score.numel())
+    order = torch.arange(score.numel(), device=score.device)
     if tiebreak is not None:
         order = torch.sort(tiebreak, descending=True, stable=True).indices
     order = order[torch.sort(score[order], descending=True, stable=True).indices][:k]
@@ -92,7 +92,7 @@ def exchange_filters(
     that gains, at most ``limit`` times. Returns the client's new 0/1 row (same count)."""
     row = member[client].clone()
     counts = member.sum(1)
-    others = torch.ones(member.shape[0], dtype=torch.bool)
+    others = torch.ones(member.shape[0], dtype=torch.bool, device=member.device)
     others[client] = False
     target = corr[client] * torch.minimum(counts, counts[client])
     for _ in range(limit):
@@ -141,7 +141,9 @@ class TailorFL(WidthSliced):
         self.personal_groups = groups[shared:]
         #: per group, the clients × filters 0/1 matrix of the filters each client holds
         self.member: dict[str, torch.Tensor] = {}
-        self.corr = torch.eye(self.sim.data.num_clients, dtype=torch.float64)
+        self.corr = torch.eye(
+            self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device
+        )
         self._client_index: dict[int, IndexSets] = {}
 
     # ------------------------------------------------------------ filters
@@ -159,7 +161,7 @@ class TailorFL(WidthSliced):
 
     def _set_member(self, group: str, rows: list[torch.Tensor]) -> None:
         size = self.plan.groups[group]
-        m = torch.zeros(len(rows), size, dtype=torch.float64)
+        m = torch.zeros(len(rows), size, dtype=torch.float64, device=self.sim.device)
         for c, idx in enumerate(rows):
             m[c, idx] = 1.0
         self.member[group] = m
@@ -200,7 +202,7 @@ class TailorFL(WidthSliced):
         data = self.sim.data
         cfg = self.sim.cfg
         factors = {
-            g: torch.ones(size, dtype=torch.float64, requires_grad=True)
+            g: torch.ones(size, dtype=torch.float64, device=self.sim.device, requires_grad=True)
             for g, size in self.plan.groups.items()
         }
         pull = {g: torch.zeros_like(f) for g, f in factors.items()}
@@ -223,7 +225,10 @@ class TailorFL(WidthSliced):
             model.train()
             step = 0
             while step < self.options.importance_steps and train.numel():
-                for pos in batch_slices(train.numel(), cfg.federation.batch_size, False, gen):
+                slices = batch_slices(
+                    train.numel(), cfg.federation.batch_size, False, gen, train.device
+                )
+                for pos in slices:
                     x, y = data.batch(train[pos], train=True)
                     loss = F.cross_entropy(functional_call(model, frozen, (x,)), y)
                     reg = sum(f.pow(2).sum() for f in factors.values()) / count

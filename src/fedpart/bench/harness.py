@@ -28,6 +28,18 @@ handed back to the OS (``malloc_trim``) before each variant so that leftovers do
 
 The ``scale1000`` workload runs one FedPer round of the default backend with 1,000 clients
 (10% participation) and evaluates all of them, reporting time and peak memory only.
+
+``--device cuda`` (or ``cuda:N``) runs the FedAvgCNN workloads (FedAvg, FedPer, FedRep, DFedPGP
+by default) on that GPU with the ``sequential``, ``batched`` and ``ceiling`` variants (the naive
+loop and the process backend are CPU designs and are left out): the engine runs with
+``engine.device`` set to the device, the ceiling's model and samples are moved onto it, and every
+timer is read after ``torch.cuda.synchronize()``. Memory is then GPU memory
+(``torch.cuda.max_memory_allocated``, its peak reset before each measurement): the increment of
+each variant's set-up and warm-up round, the working memory of its timed rounds (peak minus what
+was allocated when the round began) and the absolute peak (which also holds the variants set up
+before it). The report adds batched / sequential and batched / ceiling ratios and the GPU targets
+(:func:`gpu_targets`). Without a usable GPU the command stops before any work with one line
+(:func:`check_device`, a :class:`~fedpart.errors.FedpartError`: exit code 2).
 """
 
 from __future__ import annotations
@@ -57,12 +69,18 @@ from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.errors import FedpartError
 
 __all__ = [
+    "DEVICE_WORKLOADS",
+    "VARIANT_KINDS",
     "WORKLOADS",
     "BenchOptions",
+    "GpuPeak",
     "RssSampler",
     "VariantResult",
     "WorkloadResult",
+    "check_device",
+    "device_lines",
     "format_report",
+    "gpu_targets",
     "main",
     "parse_args",
     "run_bench",
@@ -128,6 +146,15 @@ WORKLOADS: dict[str, Workload] = {
     )
 }
 
+#: the workloads ``--device cuda`` runs by default (the FedAvgCNN ones; LeNet5 may be named)
+DEVICE_WORKLOADS = ["fedavg", "fedper", "fedrep", "dfedpgp"]
+
+#: the variant kinds ``--variants`` selects from (``processes`` also brings the sequential
+#: variants at more threads that the process variants are compared with)
+VARIANT_KINDS = ("naive", "sequential", "batched", "processes", "ceiling")
+#: ... and those that run on a GPU (the naive loop and the worker processes are CPU designs)
+DEVICE_VARIANTS = ("sequential", "batched", "ceiling")
+
 #: per dataset: (clients, min_size, scale clients, scale min_size)
 DATASET_DEFAULTS: dict[str, tuple[int, int, int, int]] = {
     "mnist": (100, 40, 1000, 0),
@@ -156,6 +183,16 @@ class BenchOptions:
     argv: list[str] = field(default_factory=list)
     #: worker counts of the process-backend variants (one variant per count)
     workers: list[int] = field(default_factory=list)
+    #: ``cpu``, ``cuda`` or ``cuda:N``: where the engine, the ceiling and their data run
+    device: str = "cpu"
+    #: the variant kinds to run (:data:`VARIANT_KINDS`); every kind by default
+    variants: list[str] = field(default_factory=lambda: list(VARIANT_KINDS))
+    #: ``engine.deterministic`` of the engine's runs; ``None``: the config's default
+    deterministic: bool | None = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.startswith("cuda")
 
     def resolved_root(self) -> str:
         if self.data_root:
@@ -180,6 +217,15 @@ def workload_config(w: Workload, opts: BenchOptions, backend: str, workers: int 
     """The :class:`Config` of a workload (the fedseqlayer protocol plus the workload's changes);
     the process backend runs ``workers`` workers of one thread each."""
     clients, min_size = opts.partition(w.scale)
+    engine: dict[str, Any] = (
+        {"backend": backend, "threads": 1, "workers": workers}
+        if backend == "processes"
+        else {"backend": backend, "threads": opts.threads}
+    )
+    if opts.device != "cpu":
+        engine["device"] = opts.device
+    if opts.deterministic is not None:
+        engine["deterministic"] = opts.deterministic
     model: dict[str, Any] = {"name": w.model}
     if opts.dataset == "digits" and w.model == "fedavgcnn":
         model["padding"] = 2
@@ -202,11 +248,7 @@ def workload_config(w: Workload, opts: BenchOptions, backend: str, workers: int 
             "model": model,
             "algorithm": dict(w.algorithm),
             "federation": {**FEDSEQLAYER, **w.federation, "rounds": 1 + opts.repeats},
-            "engine": (
-                {"backend": backend, "threads": 1, "workers": workers}
-                if backend == "processes"
-                else {"backend": backend, "threads": opts.threads}
-            ),
+            "engine": engine,
             "output": {"checkpoint_every": 0},
         }
     )
@@ -222,11 +264,14 @@ def rss_bytes() -> int:
         return 0
 
 
-def release_memory() -> None:
-    """Collect garbage and hand freed heap memory back to the OS (glibc), best effort."""
+def release_memory(device: torch.device | None = None) -> None:
+    """Collect garbage and hand freed heap memory back to the OS (glibc), best effort; on a
+    CUDA ``device`` also hand the caching allocator's free blocks back."""
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+    if device is not None and device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def children_rss_bytes(page: int = 4096) -> int:
@@ -305,6 +350,79 @@ class RssSampler:
         return max(0, self.peak - self.baseline)
 
 
+# ----------------------------------------------------------------------------- devices
+def check_device(name: str) -> torch.device:
+    """``name`` as a :class:`torch.device` this process can compute on, else a one-line
+    :class:`FedpartError` naming the cause (asked before any data is loaded)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise FedpartError(f"--device: expected cpu, cuda or cuda:N, got {name!r}") from exc
+    if device.type not in ("cpu", "cuda"):
+        raise FedpartError(f"--device: expected cpu, cuda or cuda:N, got {name!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                f"this torch build ({torch.__version__}) has no CUDA support"
+                if torch.version.cuda is None
+                else f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU"
+            )
+            raise FedpartError(
+                f"--device {name}: CUDA was requested but no GPU is available: {why}; "
+                "use --device cpu"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise FedpartError(
+                f"--device {name}: only {count} GPU(s) are visible (cuda:0 to cuda:{count - 1})"
+            )
+    return device
+
+
+def synchronize(device: torch.device | None) -> None:
+    """Wait for the work queued on ``device`` (a CUDA device) to finish; nothing elsewhere.
+    Called before every timer read, as CUDA kernels run asynchronously."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class GpuPeak:
+    """The peak GPU memory allocated by this process during a block: the peak statistics are
+    reset on entry (``torch.cuda.reset_peak_memory_stats``) and read on exit
+    (``torch.cuda.max_memory_allocated``), both after a synchronisation. ``baseline``: the memory
+    allocated on entry; ``delta``: ``peak - baseline``. Off a CUDA device every value is ``None``.
+    """
+
+    def __init__(self, device: torch.device | None) -> None:
+        self.device = device if device is not None and device.type == "cuda" else None
+        self.baseline: int | None = None
+        self.peak: int | None = None
+
+    def __enter__(self) -> GpuPeak:
+        if self.device is not None:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.baseline = torch.cuda.memory_allocated(self.device)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device is not None:
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+
+    @property
+    def delta(self) -> int | None:
+        if self.peak is None or self.baseline is None:
+            return None
+        return max(0, self.peak - self.baseline)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
 # ----------------------------------------------------------------------------- variants
 class Runner(Protocol):
     backend: str
@@ -374,12 +492,17 @@ class NaiveRunner:
 
 class CeilingRunner:
     def __init__(
-        self, cfg: Config, data: FederatedData, batch_size: int, samples: dict[int, int]
+        self,
+        cfg: Config,
+        data: FederatedData,
+        batch_size: int,
+        samples: dict[int, int],
+        device: torch.device | None = None,
     ) -> None:
         from fedpart.bench.naive import CentralCeiling
 
         self.backend = f"central SGD, batch {batch_size}"
-        self.ceiling = CentralCeiling(cfg, data, batch_size)
+        self.ceiling = CentralCeiling(cfg, data, batch_size, device=device)
         self.samples = samples
 
     def train_round(self, rnd: int) -> int:
@@ -404,6 +527,12 @@ class VariantResult:
     setup_s: float = math.nan
     peak_delta_bytes: int = 0
     peak_bytes: int = 0
+    #: GPU memory (``None`` off CUDA): the set-up and warm-up round's increment, the largest
+    #: working memory of a timed round (its peak minus the memory allocated when it began) and
+    #: the highest allocation seen in any of them
+    gpu_peak_delta_bytes: int | None = None
+    gpu_round_bytes: int | None = None
+    gpu_peak_bytes: int | None = None
     accuracy: float | None = None
     rounds: list[dict[str, float]] = field(default_factory=list)
 
@@ -420,13 +549,26 @@ class _Live:
     has_eval: bool = True
     accuracy: float | None = None
     rows: list[dict[str, float]] = field(default_factory=list)
+    #: the device the variant computes on: timers are read after synchronising it
+    device: torch.device | None = None
+    gpu_peak_delta_bytes: int | None = None
+    gpu_round_bytes: int | None = None
+    gpu_peak_bytes: int | None = None
 
     def round(self, rnd: int, timed: bool) -> None:
-        t0 = time.perf_counter()
-        samples = self.runner.train_round(rnd)
-        t1 = time.perf_counter()
-        row = self.runner.evaluate()
-        t2 = time.perf_counter()
+        """One round (training, then evaluation), timed; on a GPU the round's peak memory is
+        measured too (its own reset: the warm-up round is measured with the set-up instead)."""
+        with GpuPeak(self.device if timed else None) as gpu:
+            synchronize(self.device)
+            t0 = time.perf_counter()
+            samples = self.runner.train_round(rnd)
+            synchronize(self.device)
+            t1 = time.perf_counter()
+            row = self.runner.evaluate()
+            synchronize(self.device)
+            t2 = time.perf_counter()
+        self.gpu_round_bytes = _max(self.gpu_round_bytes, gpu.delta)
+        self.gpu_peak_bytes = _max(self.gpu_peak_bytes, gpu.peak)
         self.has_eval = row is not None
         if row is not None and row.get("accuracy") is not None:
             self.accuracy = float(row["accuracy"])
@@ -448,39 +590,53 @@ class _Live:
             setup_s=self.setup_s,
             peak_delta_bytes=self.peak_delta_bytes,
             peak_bytes=self.peak_bytes,
+            gpu_peak_delta_bytes=self.gpu_peak_delta_bytes,
+            gpu_round_bytes=self.gpu_round_bytes,
+            gpu_peak_bytes=self.gpu_peak_bytes,
             accuracy=self.accuracy,
             rounds=rows,
         )
 
 
-def start_variant(variant: str, make: Callable[[], Runner]) -> _Live:
-    """Build a runner and run its warm-up round (round 0) under an RSS sampler."""
-    release_memory()
-    with RssSampler() as mem:
+def start_variant(
+    variant: str, make: Callable[[], Runner], device: torch.device | None = None
+) -> _Live:
+    """Build a runner and run its warm-up round (round 0) under an RSS sampler (and, on a GPU,
+    a :class:`GpuPeak`)."""
+    release_memory(device)
+    with RssSampler() as mem, GpuPeak(device) as gpu:
+        synchronize(device)
         t0 = time.perf_counter()
         runner = make()
+        synchronize(device)
         setup = time.perf_counter() - t0
-        live = _Live(variant, runner, setup, 0, 0)
+        live = _Live(variant, runner, setup, 0, 0, device=device)
         live.round(0, timed=False)
     live.peak_delta_bytes, live.peak_bytes = mem.delta, mem.peak
+    live.gpu_peak_delta_bytes, live.gpu_peak_bytes = gpu.delta, gpu.peak
     return live
 
 
 def measure_interleaved(
-    plan: Sequence[tuple[str, Callable[[], Runner]]], repeats: int
+    plan: Sequence[tuple[str, Callable[[], Runner]]],
+    repeats: int,
+    device: torch.device | None = None,
 ) -> list[VariantResult]:
     """Set every variant up (with its warm-up round, one at a time, for memory), then run the
     timed rounds interleaved: round ``r`` of every variant before round ``r + 1`` of any, the
     starting variant rotating, so that a slow spell of a shared machine falls on all variants
-    rather than on whichever happened to run then."""
-    live = [start_variant(variant, make) for variant, make in plan]
+    rather than on whichever happened to run then. On a GPU (``device``) every timer is read
+    after synchronising it."""
+    live = [start_variant(variant, make, device) for variant, make in plan]
+    if not live:  # e.g. --variants batched on a model that cannot be batched
+        return []
     for rnd in range(1, repeats + 1):
         shift = (rnd - 1) % len(live)
         for item in live[shift:] + live[:shift]:
             item.round(rnd, timed=True)
     results = [item.result() for item in live]
     del live
-    release_memory()
+    release_memory(device)
     return results
 
 
@@ -494,6 +650,8 @@ class WorkloadResult:
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
     scale: dict[str, Any] | None = None
+    #: clients of the partition (0 when skipped)
+    clients: int = 0
 
 
 # ----------------------------------------------------------------------------- running
@@ -573,8 +731,12 @@ def describe(w: Workload, cfg: Config, data: FederatedData, ceiling_batch: int) 
 def run_workload(
     w: Workload, opts: BenchOptions, cache: DataCache, log: Callable
 ) -> WorkloadResult:
-    """Run the naive, sequential, batched and ceiling variants of one workload."""
+    """Run the naive, sequential, batched, process and ceiling variants of one workload (those
+    of ``opts.variants``), on ``opts.device``."""
     from fedpart.bench.naive import build_initial_model, round_samples
+
+    device = torch.device(opts.device)
+    kinds = set(opts.variants)
 
     cfg = workload_config(w, opts, "sequential")
     try:
@@ -587,9 +749,19 @@ def run_workload(
         data.num_clients if w.all_clients else max(1, round(f.join_ratio * data.num_clients))
     )
     ceiling_batch = per_round * f.batch_size
-    result = WorkloadResult(w, describe(w, cfg, data, ceiling_batch))
+    result = WorkloadResult(w, describe(w, cfg, data, ceiling_batch), clients=data.num_clients)
     planned = {r: round_samples(cfg, data, model, r) for r in range(opts.repeats + 1)}
     del model
+    if device.type == "cuda" and hasattr(data, "to"):
+        # one copy of the pool on the GPU, shared by the variants (a Simulation given data on
+        # its device keeps it), moved before the measurements: the memory columns then hold
+        # each variant's own state and working memory
+        with GpuPeak(device) as moved:
+            data = data.to(device)
+        result.notes.append(
+            f"the data pool was moved onto {device} once, before the variants were set up, and "
+            f"shared by them: {_mb(moved.delta)} MB, outside the memory columns"
+        )
 
     def naive() -> Runner:
         return NaiveRunner(cfg, data)
@@ -598,28 +770,33 @@ def run_workload(
         return lambda: EngineRunner(workload_config(w, opts, backend, workers), data, threads)
 
     def ceiling() -> Runner:
-        return CeilingRunner(cfg, data, ceiling_batch, planned)
+        return CeilingRunner(cfg, data, ceiling_batch, planned, device=device)
 
-    plan: list[tuple[str, Callable[[], Runner] | None, str | None]] = [
-        ("naive", naive, None),
-        ("sequential", engine("sequential"), None),
-    ]
+    plan: list[tuple[str, Callable[[], Runner] | None, str | None]] = []
+    if "naive" in kinds:
+        plan.append(("naive", naive, None))
+    if "sequential" in kinds:
+        plan.append(("sequential", engine("sequential"), None))
+    workers = opts.workers if "processes" in kinds else []
     # the process variants are compared with the best single process, which may use every core
     # for intra-op threads: that configuration runs in the same interleaved rounds
-    for n in sorted({n for n in opts.workers if n > 1 and n != opts.threads}):
+    for n in sorted({n for n in workers if n > 1 and n != opts.threads}):
         plan.append((f"sequential, {n} threads", engine("sequential", threads=n), None))
-    why = batched_unavailable(cfg, data)
-    plan.append(("batched", None if why else engine("batched"), why))
+    if "batched" in kinds:
+        why = batched_unavailable(cfg, data)
+        plan.append(("batched", None if why else engine("batched"), why))
     from fedpart.algorithms import ALGORITHMS
 
     parallel = "processes" in ALGORITHMS[cfg.algorithm.name].backends
-    for n in opts.workers:
+    for n in workers:
         why_not = None if parallel else "the method has its own local update"
         plan.append((f"processes x{n}", engine("processes", n) if parallel else None, why_not))
-    plan.append(("ceiling", ceiling, None))
+    if "ceiling" in kinds:
+        plan.append(("ceiling", ceiling, None))
     runnable = [(variant, make) for variant, make, _ in plan if make is not None]
-    log(f"[bench] {w.name}: {', '.join(v for v, _ in runnable)} (interleaved rounds) ...")
-    measured = {v.variant: v for v in measure_interleaved(runnable, opts.repeats)}
+    where = "" if device.type == "cpu" else f" on {device}"
+    log(f"[bench] {w.name}: {', '.join(v for v, _ in runnable)} (interleaved rounds{where}) ...")
+    measured = {v.variant: v for v in measure_interleaved(runnable, opts.repeats, device)}
     for variant, make, na in plan:
         if make is None:
             result.variants.append(VariantResult(variant, na=f"n/a ({na})"))
@@ -635,11 +812,101 @@ def run_workload(
         )
         result.variants.append(v)
     result.notes += parallel_efficiency(result.variants)
+    result.notes += batched_ratios(result.variants)
     counts = {v.variant: v.samples_per_round for v in result.variants if v.na is None}
     if len(set(counts.values())) > 1:
         shown = ", ".join(f"{k} {c:,.0f}" for k, c in counts.items())
         result.notes.append(f"WARNING: the variants trained different sample counts: {shown}")
     return result
+
+
+def speed_ratio(a: VariantResult | None, b: VariantResult | None, what: str) -> float | None:
+    """How much faster variant ``a`` is than ``b`` (above 1: ``a`` is faster), by training
+    throughput (``what="train"``: samples/s) or by end-to-end time per round (``"end-to-end"``);
+    ``None`` where either was not measured."""
+    if a is None or b is None or a.na is not None or b.na is not None:
+        return None
+    if what == "train":
+        x, y = a.samples_per_s, b.samples_per_s
+    else:
+        if not a.eval_s or not b.eval_s:
+            return None
+        x, y = b.end_to_end_s, a.end_to_end_s
+    if not (x > 0 and y > 0) or math.isnan(x) or math.isnan(y):
+        return None
+    return x / y
+
+
+def batched_ratios(variants: Sequence[VariantResult]) -> list[str]:
+    """One note with batched / sequential (training throughput and end-to-end time) and batched /
+    ceiling (training throughput), where those variants ran."""
+    by = {v.variant: v for v in variants if v.na is None}
+    batched = by.get("batched")
+    if batched is None:
+        return []
+    parts = []
+    seq = by.get("sequential")
+    train, e2e = speed_ratio(batched, seq, "train"), speed_ratio(batched, seq, "end-to-end")
+    if train is not None and seq is not None:
+        part = f"batched / sequential: training throughput {train:.2f}x"
+        if e2e is not None:
+            part += (
+                f", end-to-end {e2e:.2f}x ({seq.end_to_end_s:.3f} s -> "
+                f"{batched.end_to_end_s:.3f} s per round)"
+            )
+        parts.append(part)
+    ceil = speed_ratio(batched, by.get("ceiling"), "train")
+    if ceil is not None:
+        parts.append(f"batched / ceiling: training throughput {ceil:.2f}x")
+    return ["; ".join(parts)] if parts else []
+
+
+def gpu_targets(results: Sequence[WorkloadResult], device: str) -> list[tuple[str, str, str]]:
+    """The GPU targets of the bench, as (target, measured, met) rows:
+
+    * FedPer: the batched backend's training throughput at least 5x the sequential backend's;
+    * DFedPGP with 100 clients: one round (``run_round``: local training of every client and the
+      push-sum mixing; evaluation excluded, shown alongside) under 1 s with the batched backend
+      (``engine.backend=auto`` on a GPU).
+
+    ``met`` is ``yes`` / ``no`` on a GPU, ``not a GPU`` on the CPU (the targets are the GPU's) and
+    ``not measured`` where the workload or variant did not run."""
+    by = {r.workload.name: r for r in results}
+    gpu = device.startswith("cuda")
+    rows: list[tuple[str, str, str]] = []
+
+    def variants(name: str) -> dict[str, VariantResult]:
+        r = by.get(name)
+        if r is None or r.skipped:
+            return {}
+        return {v.variant: v for v in r.variants if v.na is None}
+
+    v = variants("fedper")
+    ratio = speed_ratio(v.get("batched"), v.get("sequential"), "train")
+    target = "FedPer: batched training throughput >= 5x sequential"
+    if ratio is None:
+        rows.append((target, "—", "not measured"))
+    else:
+        seq, bat = v["sequential"], v["batched"]
+        measured = f"{ratio:.2f}x ({seq.samples_per_s:,.0f} -> {bat.samples_per_s:,.0f} samples/s)"
+        rows.append((target, measured, ("yes" if ratio >= 5 else "no") if gpu else "not a GPU"))
+
+    v = variants("dfedpgp")
+    r = by.get("dfedpgp")
+    clients = r.clients if r is not None else 0
+    target = "DFedPGP, 100 clients: one round (training + mixing) < 1 s, batched"
+    bat = v.get("batched")
+    if bat is None or clients != 100:
+        why = "not measured" if clients in (0, 100) else f"not measured ({clients} clients)"
+        rows.append((target, "—", why))
+    else:
+        measured = (
+            f"{bat.train_s:.3f} s (with the evaluation of all clients: {bat.end_to_end_s:.3f} s)"
+        )
+        rows.append(
+            (target, measured, ("yes" if bat.train_s < 1 else "no") if gpu else "not a GPU")
+        )
+    return rows
 
 
 def parallel_efficiency(variants: Sequence[VariantResult]) -> list[str]:
@@ -731,6 +998,7 @@ def run_scale(w: Workload, opts: BenchOptions, cache: DataCache, log: Callable) 
 def run_bench(opts: BenchOptions, log: Callable[[str], None] | None = None) -> list[WorkloadResult]:
     """Run the selected workloads (``scale1000`` first, on a clean process) and return the data."""
     say = log or (lambda msg: None)
+    check_device(opts.device)
     torch.set_num_threads(opts.threads)
     cache = DataCache()
     order = sorted(opts.workloads, key=lambda n: 0 if WORKLOADS[n].scale else 1)
@@ -774,6 +1042,47 @@ def machine_info(threads: int) -> list[str]:
     ]
 
 
+def determinism_settings() -> dict[str, Any]:
+    """The process's determinism switches as they stand now (set by the engine's runs under
+    ``engine.deterministic``): cuDNN's deterministic and benchmark flags, torch's deterministic
+    algorithms, TF32 in matrix products and cuDNN, and ``CUBLAS_WORKSPACE_CONFIG``."""
+    return {
+        "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG") or "(unset)",
+    }
+
+
+def device_lines(device: str, deterministic: bool | None = None) -> list[str]:
+    """Report lines naming the device: on CUDA the GPU's name, memory and compute capability,
+    torch's CUDA and cuDNN versions and the determinism settings in effect (``deterministic``:
+    the ``engine.deterministic`` the runs were given, ``None`` for the config's default)."""
+    dev = torch.device(device)
+    switches = ", ".join(f"{k}={v}" for k, v in determinism_settings().items())
+    given = "the config's default" if deterministic is None else str(deterministic).lower()
+    if dev.type != "cuda":
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        return [
+            f"- device: {device} (no GPU used)",
+            f"- CUDA: {torch.version.cuda or 'none (a CPU build of torch)'}, "
+            f"cuDNN: {cudnn or 'n/a'}",
+            f"- engine.deterministic: {given} (it acts on CUDA only); switches: {switches}",
+        ]
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return [
+        f"- device: {torch.cuda.get_device_name(index)} (cuda:{index}), "
+        f"{props.total_memory / 1024**3:.1f} GiB, compute capability {props.major}.{props.minor}; "
+        f"{torch.cuda.device_count()} GPU(s) visible",
+        f"- CUDA {torch.version.cuda or 'n/a'} (torch's build), cuDNN {cudnn or 'n/a'}",
+        f"- engine.deterministic: {given}; in effect after the runs: {switches}",
+    ]
+
+
 def _num(x: float | None, fmt: str) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -799,6 +1108,26 @@ COLUMNS = [
     "peak RSS MB",
     "train speed vs naive",
     "end-to-end vs naive",
+    "train speed vs ceiling",
+    "accuracy %",
+]
+
+#: the columns of a workload on a GPU: GPU memory, and speed against the sequential backend
+DEVICE_COLUMNS = [
+    "variant",
+    "backend",
+    "client-samples/round",
+    "samples/s (train)",
+    "train s/round",
+    "eval s/round",
+    "end-to-end s/round",
+    "setup s",
+    "peak Δ GPU MB",
+    "round Δ GPU MB",
+    "peak GPU MB",
+    "peak RSS MB",
+    "train speed vs sequential",
+    "end-to-end vs sequential",
     "train speed vs ceiling",
     "accuracy %",
 ]
@@ -859,6 +1188,50 @@ def workload_table(result: WorkloadResult) -> list[str]:
     return _table(COLUMNS, rows)
 
 
+def _mb(value: int | None) -> str:
+    return "—" if value is None else f"{value / MB:,.0f}"
+
+
+def _x(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def device_workload_table(result: WorkloadResult) -> list[str]:
+    """The table of a workload measured on a GPU (:data:`DEVICE_COLUMNS`)."""
+    by = {v.variant: v for v in result.variants if v.na is None}
+    seq, ceiling = by.get("sequential"), by.get("ceiling")
+    rows = []
+    for v in result.variants:
+        if v.na is not None:
+            rows.append([v.variant, v.na] + ["—"] * (len(DEVICE_COLUMNS) - 2))
+            continue
+        rows.append(
+            [
+                v.variant,
+                v.backend,
+                _num(v.samples_per_round, ",.0f"),
+                _num(v.samples_per_s, ",.0f"),
+                _num(v.train_s, ".3f"),
+                _num(v.eval_s, ".3f"),
+                _num(v.end_to_end_s, ".3f"),
+                _num(v.setup_s, ".2f"),
+                _mb(v.gpu_peak_delta_bytes),
+                _mb(v.gpu_round_bytes),
+                _mb(v.gpu_peak_bytes),
+                _num(v.peak_bytes / MB, ",.0f"),
+                _x(speed_ratio(v, seq, "train")),
+                _x(speed_ratio(v, seq, "end-to-end")),
+                _x(speed_ratio(v, ceiling, "train")),
+                _num(None if v.accuracy is None else 100 * v.accuracy, ".2f"),
+            ]
+        )
+    return _table(DEVICE_COLUMNS, rows)
+
+
+def targets_table(rows: Sequence[tuple[str, str, str]]) -> list[str]:
+    return _table(["target", "measured", "met?"], [list(r) for r in rows])
+
+
 def scale_table(s: dict[str, Any]) -> list[str]:
     row = [
         s["backend"],
@@ -879,9 +1252,32 @@ def scale_table(s: dict[str, Any]) -> list[str]:
     return _table(SCALE_COLUMNS, [row])
 
 
+#: the column legend of a GPU report
+DEVICE_LEGEND = (
+    "Columns: *client-samples/round* = samples trained on per round summed over clients, phases "
+    "and epochs (the same for every variant); *samples/s* = that over the training time; "
+    "*train* = local training + aggregation or mixing (`run_round`); *eval* = every client's "
+    "personalised model on its own test split; every time is read after "
+    "`torch.cuda.synchronize()`, timed rounds interleaved across the variants; *peak Δ GPU* = the "
+    "peak of `torch.cuda.max_memory_allocated` during the variant's set-up and warm-up round "
+    "minus the memory allocated before it (its own increment; the data pool is moved onto the "
+    "GPU once per workload before, its size is in the notes); *round Δ GPU* = the largest working memory of a timed round (its "
+    "peak minus the memory allocated when it began); *peak GPU* = the highest allocation seen in "
+    "any of them, peak statistics reset before each (it also holds the variants set up before "
+    "it); *peak RSS* = the process's host memory; *vs sequential* / *vs ceiling* = speed ratios "
+    "(higher is faster); the *ceiling* is one model trained centrally on the GPU on as many "
+    "samples per round as the federation trains, batch = clients per round x local batch: the "
+    "arithmetic of one batched step of every client without per-client weights or engine "
+    "overhead; *accuracy* = mean per-client accuracy after the last timed round (a check that "
+    "every loop learns, not a result)."
+)
+
+
 def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s: float) -> str:
-    lines = ["# fedpart bench", ""]
+    lines = ["# fedpart bench" + (f" on {opts.device}" if opts.on_gpu else ""), ""]
     lines += machine_info(opts.threads)
+    if opts.on_gpu:
+        lines += device_lines(opts.device, opts.deterministic)
     lines.append(f"- command: `{shlex.join(['fedpart', 'bench', *opts.argv])}`")
     lines.append(
         f"- data: {opts.dataset}"
@@ -889,6 +1285,20 @@ def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s:
         + f"; seed {opts.seed}; 1 warm-up round, then {opts.repeats} timed round(s), medians"
     )
     lines.append(f"- total wall time: {wall_s:.1f} s")
+    if opts.on_gpu:
+        lines += ["", DEVICE_LEGEND, "", "## targets", ""]
+        lines += targets_table(gpu_targets(results, opts.device))
+        for r in results:
+            lines += ["", f"## {r.workload.name}", ""]
+            if r.skipped:
+                lines.append(f"skipped: {r.skipped}")
+                continue
+            lines += [r.description, ""]
+            lines += device_workload_table(r)
+            if r.notes:
+                lines.append("")
+                lines += [f"- {n}" for n in r.notes]
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "Columns: *client-samples/round* = samples trained on per round summed over clients, "
@@ -959,13 +1369,36 @@ def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=prog,
         description="Time and memory of fedpart's engine (sequential and batched backends) "
-        "against a PFLlib/FL-bench-style loop and a centralized training ceiling.",
+        "against a PFLlib/FL-bench-style loop and a centralized training ceiling; with --device "
+        "cuda, the sequential and batched backends and the ceiling on a GPU.",
     )
     p.add_argument(
         "--workloads",
         type=_workload_list,
-        default=list(WORKLOADS),
-        help=f"comma-separated, default all: {', '.join(WORKLOADS)}",
+        default=None,
+        help=f"comma-separated, default all: {', '.join(WORKLOADS)} (on a GPU: "
+        f"{', '.join(DEVICE_WORKLOADS)})",
+    )
+    p.add_argument(
+        "--device",
+        type=_device,
+        default="cpu",
+        help="cpu (default), cuda or cuda:N: where the engine, the ceiling and their data run; "
+        "on a GPU the variants are sequential, batched and ceiling, memory is GPU memory",
+    )
+    p.add_argument(
+        "--variants",
+        type=_variant_list,
+        default=None,
+        help=f"comma-separated, from {', '.join(VARIANT_KINDS)} (default all; on a GPU "
+        f"{', '.join(DEVICE_VARIANTS)})",
+    )
+    p.add_argument(
+        "--deterministic",
+        type=_bool,
+        default=None,
+        help="engine.deterministic of the engine's runs: true or false (default: the config's, "
+        "true); on CUDA it pins cuDNN/cuBLAS kernels and turns TF32 off",
     )
     p.add_argument("--repeats", type=_positive, default=3, help="timed rounds (default 3)")
     p.add_argument("--threads", type=_positive, default=1, help="torch threads (default 1)")
@@ -1019,9 +1452,35 @@ def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str]) -> BenchOptions:
-    args = build_parser().parse_args(list(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    gpu = args.device != "cpu"
+    workloads = args.workloads
+    if workloads is None:
+        workloads = list(DEVICE_WORKLOADS) if gpu else list(WORKLOADS)
+    variants = args.variants
+    if variants is None:
+        variants = list(DEVICE_VARIANTS) if gpu else list(VARIANT_KINDS)
+    if gpu:
+        cpu_only = [v for v in variants if v not in DEVICE_VARIANTS]
+        if cpu_only:
+            parser.error(
+                f"--variants: {', '.join(cpu_only)} run on the CPU only; with --device "
+                f"{args.device} choose from {', '.join(DEVICE_VARIANTS)}"
+            )
+        if "scale1000" in workloads:
+            parser.error(
+                "--workloads: scale1000 measures the process memory of a CPU round; with "
+                f"--device {args.device} choose from "
+                f"{', '.join(n for n in WORKLOADS if not WORKLOADS[n].scale)}"
+            )
+        if args.workers:
+            parser.error("--workers: the process backend runs on the CPU only")
+    workers = args.workers
+    if workers is None:
+        workers = _default_workers() if "processes" in variants and not gpu else []
     return BenchOptions(
-        workloads=args.workloads,
+        workloads=workloads,
         repeats=args.repeats,
         threads=args.threads,
         data_root=args.data_root,
@@ -1034,8 +1493,44 @@ def parse_args(argv: Sequence[str]) -> BenchOptions:
         seed=args.seed,
         out=args.out,
         argv=list(argv),
-        workers=_default_workers() if args.workers is None else args.workers,
+        workers=workers,
+        device=args.device,
+        variants=variants,
+        deterministic=args.deterministic,
     )
+
+
+def _device(text: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N`` (whether such a GPU is there is asked later:
+    :func:`check_device`)."""
+    name = text.strip().lower()
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda") or name.startswith("cpu:"):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return name
+
+
+def _variant_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANT_KINDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown variant(s) {', '.join(unknown) or repr(text)}; valid: "
+            f"{', '.join(VARIANT_KINDS)}"
+        )
+    return [n for n in VARIANT_KINDS if n in names]
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _default_workers() -> list[int]:
@@ -1062,12 +1557,14 @@ def _worker_list(text: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``fedpart bench [options]``: ``argv`` holds the options after ``bench``
     (default ``sys.argv[1:]``). Prints the markdown report (progress goes to stderr);
-    returns 0, or 2 on a usage error."""
+    returns 0, or 2 on a usage error. A device that cannot run (``--device cuda`` without a GPU)
+    raises :class:`FedpartError` before any work; ``fedpart bench`` prints it as one line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         opts = parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0)
+    check_device(opts.device)
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -1083,5 +1580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # through the command line: errors as one line, exit code 2
+    from fedpart.cli import main as cli_main
+
+    raise SystemExit(cli_main(["bench", *sys.argv[1:]]))

@@ -330,18 +330,29 @@ class CentralCeiling:
     convolution layout the engine uses (``engine.conv_layout``).
 
     ``train_round(rnd, samples)`` trains on ``samples`` samples (a fresh permutation of the pool,
-    repeated when more are asked than the pool holds); there is no evaluation.
+    repeated when more are asked than the pool holds); there is no evaluation. On a ``device``
+    (a GPU) the model, the samples and the permutation live there: a step is then one forward
+    and backward pass of the whole batch, the arithmetic of one batched step of every
+    participating client without per-client weights or engine overhead.
     """
 
-    def __init__(self, cfg: Config, data: FederatedData, batch_size: int) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        data: FederatedData,
+        batch_size: int,
+        device: torch.device | str | None = None,
+    ) -> None:
         self.cfg = cfg
         self.batch_size = batch_size
-        self.model = build_initial_model(cfg, data)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.model = build_initial_model(cfg, data).to(self.device)
         self.model.set_channels_last(
             channels_last(cfg, self.model)
         )  # the fastest layout, as the engine's
-        pool = torch.cat([c.train for c in data.clients])
-        self.x, self.y = data.batch(pool)
+        pool = torch.cat([c.train for c in data.clients]).to(data.x.device)
+        x, y = data.batch(pool)
+        self.x, self.y = x.to(self.device), y.to(self.device)
         f = cfg.federation
         self.optimizer = torch.optim.SGD(
             self.model.parameters(), lr=f.lr, momentum=f.momentum, weight_decay=f.weight_decay
@@ -351,6 +362,7 @@ class CentralCeiling:
         g = torch.Generator().manual_seed(seed_for(self.cfg.seed, "batches", rnd))
         n = self.y.numel()
         order = torch.cat([torch.randperm(n, generator=g) for _ in range(-(-samples // n))])
+        order = order.to(self.device)
         self.model.train()
         for start in range(0, samples, self.batch_size):
             idx = order[start : min(start + self.batch_size, samples)]

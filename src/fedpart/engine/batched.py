@@ -44,8 +44,8 @@ Design choices
   receive one client's dict of tensors, so they must be written with torch operations only (as
   :class:`~fedpart.engine.recipe.LossTerm` already requires) and must not call ``.item()`` or
   branch on tensor values.
-* **Loss logging** is the sequential one: per real step ``loss_sum += float(loss) · len(y)``
-  (accumulated in Python, in step order), the mean over the client's samples, and a
+* **Loss logging** is the sequential one: per real step ``loss_sum += loss · len(y)``
+  (in float64, in step order; the losses read back to the host once per round), the mean over the client's samples, and a
   :class:`~fedpart.errors.TrainingError` for the first client (in the given order) whose mean
   loss is not finite.
 * ``chunk`` bounds memory: clients are trained in groups of at most ``chunk`` (after the
@@ -151,17 +151,32 @@ def _client_batches(
     phase_no: int,
     epochs: int,
     settings: TrainSettings,
-    device: torch.device,
-) -> Iterator[tuple[Tensor, Tensor]]:
-    """A client's batches of one phase, all epochs in order, drawn as ``train_client`` does."""
+) -> Iterator[tuple[Tensor, torch.Generator]]:
+    """A client's batches of one phase, all epochs in order, drawn as ``train_client`` does: the
+    pool indices of each batch and the augmentation generator to prepare it with."""
     train_idx = data.clients[client].train
     n = int(train_idx.numel())
     for epoch in range(epochs):
         order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
         augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
-        for positions in batch_slices(n, settings.batch_size, settings.drop_last, order):
-            x, y = data.batch(train_idx[positions], train=True, generator=augment)
-            yield x.to(device), y.to(device)
+        slices = batch_slices(n, settings.batch_size, settings.drop_last, order, train_idx.device)
+        for positions in slices:
+            yield train_idx[positions], augment
+
+
+def _gather(
+    data: FederatedData, drawn: list[tuple[Tensor, torch.Generator]], device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Every active client's batch of one step, concatenated: one indexed read of the pool and
+    one preparation for all clients (preparing is per sample, so the values are those of one
+    ``data.batch`` per client); with augmentation, each client's batch is prepared with its own
+    generator, as ``train_client`` does."""
+    if data.augment == "none":
+        x, y = data.batch(torch.cat([index for index, _ in drawn]), train=True)
+    else:
+        parts = [data.batch(index, train=True, generator=g) for index, g in drawn]
+        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return x.to(device), y.to(device)
 
 
 def _make_step(
@@ -328,28 +343,30 @@ def _train_group(
         plain_step = _make_step(model, recipe, phase, key_order, weighted=False)
         weighted_step = _make_step(model, recipe, phase, key_order, weighted=True)
         others = [k for k in key_order if k not in set(keys)]
-        batches = [
-            _client_batches(data, c, rnd, phase_no, epochs, settings, device) for c in clients
-        ]
+        batches = [_client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
         bufs: list[Tensor] = []
         active = n_clients
         for t in range(totals[0]):
             while totals[active - 1] <= t:
                 active -= 1
-            drawn = [next(batches[i]) for i in range(active)]
-            lengths = [len(y) for _, y in drawn]
+            indices = [next(batches[i]) for i in range(active)]
+            lengths = [int(index.numel()) for index, _ in indices]
+            x_all, y_all = _gather(data, indices, device)
             train = {k: stacked[k][:active] for k in keys}
             other = {k: stacked[k][:active] for k in others}
             if min(lengths) == max(lengths):
-                x = torch.stack([x for x, _ in drawn])
-                y = torch.stack([y for _, y in drawn])
+                x = x_all.view(active, lengths[0], *x_all.shape[1:])
+                y = y_all.view(active, lengths[0])
                 grads, losses = plain_step(train, other, x, y)
-            elif default_ce:
+                drawn = []
+            else:
+                drawn = list(zip(x_all.split(lengths), y_all.split(lengths), strict=True))
+            if drawn and default_ce:
                 x = pad_sequence([x for x, _ in drawn], batch_first=True)
                 y = pad_sequence([y for _, y in drawn], batch_first=True)
                 w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
                 grads, losses = weighted_step(train, other, x, y, w)
-            else:
+            elif drawn:
                 grads, losses = _grouped_step(plain_step, train, other, drawn, lengths)
             step_losses.append((losses, lengths))
             _sgd_update(
@@ -369,8 +386,12 @@ def _train_group(
     loss_sum = [0.0] * n_clients
     samples = [0] * n_clients
     steps = [0] * n_clients
-    for losses, lengths in step_losses:
-        for i, (value, n) in enumerate(zip(losses.tolist(), lengths, strict=True)):
+    # every step's losses read back to the host at once (one synchronisation, not one per step)
+    flat = torch.cat([losses for losses, _ in step_losses]).tolist() if step_losses else []
+    at = 0
+    for _, lengths in step_losses:
+        values, at = flat[at : at + len(lengths)], at + len(lengths)
+        for i, (value, n) in enumerate(zip(values, lengths, strict=True)):
             loss_sum[i] += value * n
             samples[i] += n
             steps[i] += 1

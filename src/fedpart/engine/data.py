@@ -26,6 +26,10 @@ class ClientData:
     def num_train(self) -> int:
         return int(self.train.numel())
 
+    def to(self, device: torch.device) -> ClientData:
+        """The same index arrays on ``device``."""
+        return ClientData(self.train.to(device), self.val.to(device), self.test.to(device))
+
 
 @dataclass
 class FederatedData:
@@ -50,6 +54,27 @@ class FederatedData:
     def num_classes(self) -> int:
         return self.bundle.num_classes
 
+    @property
+    def device(self) -> torch.device:
+        """Where the pool and the index arrays live."""
+        return self.x.device
+
+    def to(self, device: str | torch.device) -> FederatedData:
+        """The pool (still ``uint8`` images), labels and every client's index arrays on
+        ``device``: moved once per run, so that a batch is an indexed read on the device. The
+        bundle's own tensors stay where they are (the host copy)."""
+        device = torch.device(device)
+        if self.x.device == device:
+            return self
+        return FederatedData(
+            self.bundle,
+            self.x.to(device),
+            self.y.to(device),
+            [c.to(device) for c in self.clients],
+            None if self.global_test is None else self.global_test.to(device),
+            self.augment,
+        )
+
     def batch(
         self, index: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,10 +90,10 @@ class FederatedData:
 
     def label_matrix(self, which: str = "train") -> np.ndarray:
         """[clients, classes] sample counts of one split."""
-        y = self.y.numpy()
+        y = self.y.cpu().numpy()
         out = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
         for i, c in enumerate(self.clients):
-            idx = getattr(c, which).numpy()
+            idx = getattr(c, which).cpu().numpy()
             out[i] = np.bincount(y[idx], minlength=self.num_classes)
         return out
 

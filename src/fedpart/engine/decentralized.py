@@ -92,9 +92,11 @@ def push_sum(
     ``u'_i = Σ_j P[i, j] u_j``, ``μ'_i = Σ_j P[i, j] μ_j``, and ``z'_i = u'_i / μ'_i`` is returned
     with ``μ'``. Σ_i μ_i and Σ_i u_i are conserved exactly in exact arithmetic.
     """
-    mu64 = mu.to(torch.float64)
-    new_mu = weights.to(torch.float64) @ mu64
-    w64 = weights.to(torch.float64)
+    # μ and P are brought to the states' device (a graph's matrix is made on the host)
+    device = states[0][keys[0]].device if keys else mu.device
+    mu64 = mu.to(device=device, dtype=torch.float64)
+    w64 = weights.to(device=device, dtype=torch.float64)
+    new_mu = w64 @ mu64
     out = [dict(s) for s in states]
     for key in keys:
         stacked = stack(states, key)

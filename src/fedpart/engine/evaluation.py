@@ -23,8 +23,8 @@ def evaluate_samples(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample (correct, loss) of ``state`` on the pool samples ``index``."""
     model.eval()
-    correct = torch.empty(index.numel(), dtype=torch.bool)
-    losses = torch.empty(index.numel(), dtype=torch.float32)
+    correct = torch.empty(index.numel(), dtype=torch.bool, device=index.device)
+    losses = torch.empty(index.numel(), dtype=torch.float32, device=index.device)
     for start in range(0, index.numel(), batch_size):
         part = index[start : start + batch_size]
         x, y = data.batch(part)
@@ -83,7 +83,7 @@ def evaluate_clients(
         groups.setdefault(tuple(id(state[k]) for k in body_keys), []).append(i)
     plans = []
     for members in groups.values():
-        index = torch.cat([indices[i] for i in members]) if members else torch.empty(0)
+        index = torch.cat([indices[i] for i in members])
         batches = [index[s : s + batch_size] for s in range(0, index.numel(), batch_size)]
         plans.append((members, index, batches))
     work = [(states[members[0]], batches) for members, _, batches in plans]
@@ -94,7 +94,7 @@ def evaluate_clients(
     for (members, index, _), feats in zip(plans, computed, strict=True):
         if not feats:
             for i in members:
-                empty = torch.empty(0)
+                empty = index.new_empty(0, dtype=torch.float32)
                 results[i] = (empty.bool(), empty)
             continue
         sizes = [int(indices[i].numel()) for i in members]
@@ -106,7 +106,9 @@ def evaluate_clients(
         for pos, i in enumerate(members):
             heads.setdefault(tuple(id(v) for v in states[i].values()), []).append(pos)
         for positions in heads.values():
-            rows = torch.cat([torch.arange(offsets[p], offsets[p + 1]) for p in positions])
+            rows = torch.cat(
+                [torch.arange(offsets[p], offsets[p + 1], device=z.device) for p in positions]
+            )
             logits = classify(model, states[members[positions[0]]], z[rows])
             ok = logits.argmax(1) == y[rows]
             loss = F.cross_entropy(logits, y[rows], reduction="none")

@@ -8,9 +8,12 @@ import torch
 
 
 def mix(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Apply a mixing matrix ``weights`` [m, n] to ``stacked`` [n, ...]; returns [m, ...]."""
+    """Apply a mixing matrix ``weights`` [m, n] to ``stacked`` [n, ...]; returns [m, ...].
+
+    The weights are brought to ``stacked``'s device and dtype (a graph's mixing matrix is made on
+    the host; the states may live on a GPU)."""
     flat = stacked.reshape(stacked.shape[0], -1)
-    out = weights.to(flat.dtype) @ flat
+    out = weights.to(device=flat.device, dtype=flat.dtype) @ flat
     return out.reshape((weights.shape[0], *stacked.shape[1:]))
 
 
@@ -32,33 +35,51 @@ def mix_states(
     ``weights`` [m, n] (float64) over n states, giving m mixed states. Per-client server
     aggregation (pFedSim, FedCMD, FedFomo, FedAP) is one such matrix, row i being what client i
     receives; FedAvg is the rank-one case. Integer tensors are mixed in float64 and rounded.
+
+    The weights may live anywhere; the result lives on the states' device. A rank-one mix (an
+    average) is :func:`average_in_order`, the same sum on every machine and device, without
+    stacking the states (1,000 uploads of a 2 MB layer would otherwise take another 2 GB).
     """
-    w = weights.to(torch.float64)
+    if not keys:
+        return [{} for _ in range(weights.shape[0])]
+    device = states[0][keys[0]].device
+    w = weights.to(device=device, dtype=torch.float64)
     out: list[dict[str, torch.Tensor]] = [{} for _ in range(w.shape[0])]
     for key in keys:
-        first = states[0][key]
-        step = max(1, MIX_BLOCK_ELEMENTS // max(1, len(states)))
-        # a rank-one mix (an average) is a matrix-vector product, whose sum per coordinate does
-        # not depend on the columns around it; a [m > 1, n] product's kernel may
-        if w.shape[0] > 1 or first.numel() <= step:
-            mixed = _mix_block([s[key] for s in states], w)
-        else:
-            # column blocks: the same products and sums per coordinate (bit for bit, tested)
-            # without stacking every state's whole tensor — 1,000 uploads of a 2 MB layer would
-            # otherwise take another 2 GB
-            flat = torch.empty((w.shape[0], first.numel()), dtype=first.dtype, device=first.device)
-            for a in range(0, first.numel(), step):
-                flat[:, a : a + step] = _mix_block(
-                    [s[key].reshape(-1)[a : a + step] for s in states], w
-                )
-            mixed = flat.reshape((w.shape[0], *first.shape))
+        tensors = [s[key] for s in states]
+        if w.shape[0] == 1:
+            out[0][key] = average_in_order(tensors, w[0])
+            continue
+        mixed = _mix_block(tensors, w)
         for i in range(w.shape[0]):
             out[i][key] = mixed[i]
     return out
 
 
-#: :func:`mix_states` stacks at most about this many elements of the states at a time
-MIX_BLOCK_ELEMENTS = 1 << 24
+def average_in_order(tensors: Sequence[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
+    """``Σ_j weights[j] · tensors[j]``, accumulated in the order of ``j`` with one rounding per
+    product and per sum (``acc = acc + w_j · x_j``), in the tensors' dtype (integers in float64,
+    then rounded).
+
+    Exact by construction: each coordinate's result depends only on that coordinate's values,
+    not on the tensor's size or layout, the BLAS library, the CPU (MKL on Intel takes other code
+    paths than on AMD) or the device — elementwise products and sums are correctly rounded IEEE
+    operations everywhere. On the AMD machines where the recorded results were made it equals what
+    the earlier ``weights @ stacked`` computed there, bit for bit (``tests/test_recorded_numbers.py``
+    reruns recorded runs).
+    """
+    first = tensors[0]
+    if first.is_floating_point():
+        w = weights.to(device=first.device, dtype=first.dtype)
+        acc = first * w[0]
+        for j in range(1, len(tensors)):
+            acc = acc + tensors[j] * w[j]
+        return acc
+    w = weights.to(device=first.device, dtype=torch.float64)
+    acc = first.double() * w[0]
+    for j in range(1, len(tensors)):
+        acc = acc + tensors[j].double() * w[j]
+    return acc.round().to(first.dtype)
 
 
 def _mix_block(tensors: Sequence[torch.Tensor], w: torch.Tensor) -> torch.Tensor:

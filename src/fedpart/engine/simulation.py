@@ -23,6 +23,7 @@ from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.engine.decentralized import Exchange
 from fedpart.engine.evaluation import evaluate_clients, evaluate_samples
 from fedpart.engine.mixing import tensor_bytes
+from fedpart.engine.placement import configure_device, eval_batch_size
 from fedpart.engine.seeding import numpy_rng, seed_for
 from fedpart.engine.store import ClientStateStore, compact_state
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
@@ -169,8 +170,20 @@ def model_options(cfg: Config, algo_cls: Any) -> dict[str, Any]:
 
 
 def _all_finite(state: dict[str, torch.Tensor]) -> bool:
-    """Whether every floating-point tensor of ``state`` is free of NaN and infinity."""
-    return all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+    """Whether every floating-point tensor of ``state`` is free of NaN and infinity (one read
+    back to the host)."""
+    checks = [torch.isfinite(v).all() for v in state.values() if v.is_floating_point()]
+    return bool(torch.stack(checks).all()) if checks else True
+
+
+def _host_sums(outcomes: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, float]]:
+    """Per outcome (correct, loss): the number correct and the sum of the losses, read back to
+    the host at once (the sums are those of ``float(ok.sum())``, ``float(losses.sum())``)."""
+    if not outcomes:
+        return []
+    counts = torch.stack([ok.sum() for ok, _ in outcomes]).tolist()
+    losses = torch.stack([loss.sum() for _, loss in outcomes]).tolist()
+    return [(float(c), float(v)) for c, v in zip(counts, losses, strict=True)]
 
 
 def _numel(model: torch.nn.Module) -> dict[str, int]:
@@ -224,7 +237,14 @@ class Simulation:
         # every option's value, defaults included, goes into the run's config.yaml and
         # checkpoint: a resumed run keeps the values it started with if a default changes later
         cfg = dataclasses.replace(
-            cfg, algorithm=dataclasses.replace(cfg.algorithm, options=resolved_options(options))
+            cfg,
+            algorithm=dataclasses.replace(cfg.algorithm, options=resolved_options(options)),
+            engine=dataclasses.replace(
+                cfg.engine,
+                eval_batch_size=eval_batch_size(
+                    cfg.engine.eval_batch_size, torch.device(cfg.engine.device)
+                ),
+            ),
         )
         self.cfg = cfg
         self.quiet = quiet
@@ -235,6 +255,8 @@ class Simulation:
             raise FedpartError(
                 "engine.device: CUDA was requested but no GPU is available; use engine.device=cpu"
             )
+        #: ``engine.deterministic`` applied; recorded in summary.json
+        self.determinism = configure_device(self.device, cfg.engine.deterministic)
         if data is None:
             bundle = load_dataset(
                 cfg.dataset.name,
@@ -243,7 +265,8 @@ class Simulation:
                 **cfg.dataset.options,
             )
             data = build_federated_data(cfg, bundle)
-        self.data = data
+        # the pool and every client's index arrays move to the device once (docs/architecture.md)
+        self.data = data = data.to(self.device)
         f = cfg.federation
         #: each client's capacity r_i and width p_i (docs/capacity.md), fixed for the run
         self.capacity = capacity_profile(
@@ -673,7 +696,7 @@ class Simulation:
         index = [getattr(self.data.clients[c], split) for c in clients]
         outcomes = self.evaluate_states(clients, states, index)
         total = sum(ok.numel() for ok, _ in outcomes)
-        return float(sum(float(ok.sum()) for ok, _ in outcomes) / total) if total else None
+        return float(sum(c for c, _ in _host_sums(outcomes)) / total) if total else None
 
     def evaluate_states(
         self, clients: list[int], states: list[dict[str, torch.Tensor]], index: list[torch.Tensor]
@@ -713,9 +736,11 @@ class Simulation:
         loss = np.zeros(n)
         states = [self.algorithm.eval_state(c) for c in range(n)]
         index = [getattr(self.data.clients[c], split) for c in range(n)]
-        for c, (ok, losses) in enumerate(self.evaluate_states(list(range(n)), states, index)):
-            correct[c] = float(ok.sum())
-            loss[c] = float(losses.sum())
+        outcomes = self.evaluate_states(list(range(n)), states, index)
+        # per client (correct, loss sum) read back to the host in one transfer
+        sums = _host_sums(outcomes)
+        for c, (ok, _) in enumerate(outcomes):
+            correct[c], loss[c] = sums[c]
             total[c] = ok.numel()
         has = total > 0
         acc = np.where(has, correct / np.maximum(total, 1), np.nan)
@@ -729,8 +754,9 @@ class Simulation:
             ok, losses = evaluate_samples(
                 self.model, self.store.global_state, self.data, self.data.global_test, bs
             )
-            row["global_accuracy"] = float(ok.float().mean())
-            row["global_loss"] = float(losses.mean())
+            accuracy, mean_loss = torch.stack([ok.float().mean(), losses.mean()]).tolist()
+            row["global_accuracy"] = accuracy
+            row["global_loss"] = mean_loss
         return row
 
     # ----------------------------------------------------------------- run
@@ -883,6 +909,7 @@ class Simulation:
             extra={
                 "seed": cfg.seed,
                 "model": cfg.model.name,
+                "determinism": self.determinism,
                 "personal_state_bytes": self.store.personal_bytes(),
                 **(
                     {cfg.algorithm.name: values}

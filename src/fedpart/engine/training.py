@@ -56,10 +56,19 @@ class TrainResult:
 
 
 def batch_slices(
-    n: int, batch_size: int, drop_last: bool, generator: torch.Generator
+    n: int,
+    batch_size: int,
+    drop_last: bool,
+    generator: torch.Generator,
+    device: torch.device | None = None,
 ) -> list[torch.Tensor]:
-    """A shuffled epoch of batch positions ``0..n-1``; a client smaller than a batch takes one step."""
+    """A shuffled epoch of batch positions ``0..n-1``; a client smaller than a batch takes one step.
+
+    The permutation is drawn from the (host) ``generator``, so it is the same on every device,
+    and moved to ``device`` once per epoch: the batches are slices of it there."""
     perm = torch.randperm(n, generator=generator)
+    if device is not None:
+        perm = perm.to(device)
     if drop_last and n >= batch_size:
         n_batches = n // batch_size
     else:
@@ -122,7 +131,9 @@ def train_client(
     train_idx = data.clients[client].train
     n = int(train_idx.numel())
     model.train()
-    loss_sum = 0.0
+    # summed on the model's device and read once at the end: a per-step float(loss) would
+    # synchronise a GPU at every step (float64, so the sum is the host's float sum)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=train_idx.device)
     samples = 0
     steps = 0
     phase_log: list[tuple[tuple[str, ...], int, int]] = []
@@ -156,7 +167,10 @@ def train_client(
             for epoch in range(epochs):
                 order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
                 augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
-                for positions in batch_slices(n, settings.batch_size, settings.drop_last, order):
+                slices = batch_slices(
+                    n, settings.batch_size, settings.drop_last, order, train_idx.device
+                )
+                for positions in slices:
                     params = {k: state[k].detach().requires_grad_(True) for k in keys}
                     current = {**state, **params}
                     if cached is not None:
@@ -190,14 +204,14 @@ def train_client(
                         torch._foreach_sub_(
                             [state[k] for k in keys], torch._foreach_mul(directions, lr)
                         )
-                    loss_sum += float(loss.detach()) * len(y)
+                    loss_sum += loss.detach().double() * len(y)
                     samples += len(y)
                     steps += 1
             phase_log.append((tuple(keys), steps - phase_steps, samples - phase_samples))
     finally:
         for hook in hooks:
             hook.remove()
-    mean_loss = loss_sum / samples if samples else 0.0
+    mean_loss = float(loss_sum) / samples if samples else 0.0
     if not math.isfinite(mean_loss):
         raise TrainingError(
             f"training diverged: non-finite loss at round {rnd} on client {client}; "

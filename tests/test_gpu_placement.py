@@ -1,0 +1,167 @@
+"""Every method runs with ``engine.device=cuda`` — placement proved without a GPU.
+
+The fake CUDA device of ``tests/fake_cuda.py`` raises wherever a GPU raises "Expected all
+tensors to be on the same device" while computing the CPU's values, so each registered method
+runs its training, aggregation, mixing, server-side steps, evaluation and resume on "cuda" and
+is compared with the same run on the CPU bit for bit (same kernels underneath). It also counts
+host reads, which on a GPU are synchronisations: they must not grow with the number of local
+steps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import fedpart
+from fake_cuda import FakeCuda
+from fedpart.algorithms import ALGORITHMS
+from fedpart.config import load_config
+from fedpart.engine.simulation import Simulation
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+#: a small slice of the quick start: every method, two rounds, 8 clients
+SMALL = [
+    "partition.num_clients=8",
+    "federation.rounds=2",
+    "engine.backend=sequential",
+    "engine.conv_layout=contiguous",  # auto differs between CPU (channels-last) and CUDA
+    "output.checkpoint_every=1",
+]
+METHODS = [n for n, cls in ALGORITHMS.items() if cls.supports(load_config(QUICKSTART, SMALL))]
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU: use gpu_smoke.py")
+
+
+def _restore_torch_globals():  # the determinism switches a CUDA run sets are process-wide
+    state = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+
+    def restore() -> None:
+        torch.use_deterministic_algorithms(state[0])
+        torch.backends.cudnn.deterministic = state[1]
+        torch.backends.cudnn.benchmark = state[2]
+        torch.backends.cuda.matmul.allow_tf32 = state[3]
+        torch.backends.cudnn.allow_tf32 = state[4]
+
+    return restore
+
+
+@pytest.fixture
+def fake_gpu():
+    restore = _restore_torch_globals()
+    try:
+        with FakeCuda() as gpu:
+            yield gpu
+    finally:
+        restore()
+
+
+def _rows(result) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in result.metrics]
+
+
+def _devices(sim: Simulation, gpu: FakeCuda) -> dict[str, str]:
+    """Where every tensor the run keeps lives: name → device, for the ones not on cuda."""
+    wrong = {}
+    for name, t in sim.state_tensors().items():
+        if not gpu.on_cuda(t):
+            wrong[name] = str(t.device)
+    for name, t in sim.model.state_dict().items():
+        if not gpu.on_cuda(t):
+            wrong[f"model/{name}"] = str(t.device)
+    return wrong
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_runs_on_cuda_with_the_cpu_numbers(method, tmp_path, fake_gpu):
+    overrides = [*SMALL, f"algorithm.name={method}"]
+    with _Off(fake_gpu):
+        cpu = fedpart.run(QUICKSTART, [*overrides, f"output.dir={tmp_path / 'cpu'}"])
+    gpu_run = fedpart.run(
+        QUICKSTART, [*overrides, "engine.device=cuda", f"output.dir={tmp_path / 'cuda'}"]
+    )
+    assert _rows(gpu_run) == _rows(cpu)
+    assert gpu_run.client_accuracy == cpu.client_accuracy
+    assert _devices(gpu_run.simulation, fake_gpu) == {}
+    summary = json.loads((tmp_path / "cuda" / "summary.json").read_text())
+    assert summary["determinism"]["deterministic"] is True
+    assert summary["determinism"]["device"] == "fake CUDA (CPU checker)"
+    # resumed from the checkpoint after round 1: the method's state comes back on the device
+    resumed = fedpart.resume(tmp_path / "cuda", ["federation.rounds=2"])
+    assert _devices(resumed.simulation, fake_gpu) == {}
+
+
+class _Off:
+    """Leave the fake device for a block (the CPU reference run)."""
+
+    def __init__(self, gpu: FakeCuda) -> None:
+        self.gpu = gpu
+
+    def __enter__(self) -> None:
+        self.gpu.__exit__(None, None, None)
+
+    def __exit__(self, *exc: object) -> None:
+        self.gpu.__enter__()
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedper", "fedrep", "dfedpgp"])
+def test_host_reads_do_not_grow_with_local_steps(method, tmp_path, fake_gpu):
+    """Metrics come back to the host once per round, not once per step: doubling the local
+    epochs (twice the steps) reads the device the same number of times."""
+    reads = []
+    for epochs in (1, 2):
+        before = fake_gpu.host_reads
+        fedpart.run(
+            QUICKSTART,
+            [
+                *SMALL,
+                f"algorithm.name={method}",
+                "engine.device=cuda",
+                f"federation.local_epochs={epochs}",
+                f"output.dir={tmp_path / str(epochs)}",
+            ],
+            write=False,
+        )
+        reads.append(fake_gpu.host_reads - before)
+    assert reads[0] == reads[1], reads
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedper", "fedrep", "fedbabu", "dfedpgp"])
+def test_batched_backend_on_cuda_with_the_cpu_numbers(method, tmp_path, fake_gpu):
+    """The backend ``auto`` picks on a GPU: the same numbers as the batched backend on the CPU."""
+    overrides = [*SMALL, f"algorithm.name={method}", "engine.backend=batched"]
+    with _Off(fake_gpu):
+        cpu = fedpart.run(QUICKSTART, overrides, write=False)
+    gpu_run = fedpart.run(QUICKSTART, [*overrides, "engine.device=cuda"], write=False)
+    assert gpu_run.simulation.backend == "batched"
+    assert _rows(gpu_run) == _rows(cpu)
+    assert _devices(gpu_run.simulation, fake_gpu) == {}
+
+
+def test_processes_backend_on_cuda_is_one_line(tmp_path, capsys):
+    """Worker processes would each open their own CUDA context: refused, naming the
+    alternatives, before anything runs."""
+    from fedpart.cli import main
+
+    code = main(
+        [
+            "run",
+            str(QUICKSTART),
+            "engine.device=cuda",
+            "engine.backend=processes",
+            f"output.dir={tmp_path / 'run'}",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "engine.backend" in err[0] and "ray" in err[0], err
+    assert not (tmp_path / "run").exists()

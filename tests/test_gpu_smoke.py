@@ -1,0 +1,156 @@
+"""``benchmarks/gpu_smoke.py`` checks itself on the CPU: its checks run, pass, fail when they
+should, and its report is written."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_smoke.py"
+
+
+def _load() -> ModuleType:
+    if "gpu_smoke" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gpu_smoke", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gpu_smoke"] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules["gpu_smoke"]
+
+
+def _tables(report: str) -> dict[str, list[dict[str, str]]]:
+    """The report's markdown tables by section (``## name``), as lists of row dicts."""
+    out: dict[str, list[dict[str, str]]] = {}
+    section = ""
+    header: list[str] | None = None
+    for line in report.splitlines():
+        if line.startswith("## "):
+            section, header = line[3:].strip(), None
+            continue
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not set("".join(cells)) <= set("- "):
+            out.setdefault(section, []).append(dict(zip(header, cells, strict=True)))
+    return out
+
+
+def test_quick_self_check_on_the_cpu(tmp_path):
+    """The brief's command: two methods, one round, the quick checks; every check passes and
+    the report holds every section, the environment and the CPU caveat."""
+    out = tmp_path / "gpu.md"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--rounds", "1"]
+        + ["--methods", "fedavg,fedper", "--out", str(out), "--quick"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # progress lines, one per check as it goes
+    for line in (
+        "[smoke] accuracy fedavg: ok",
+        "[smoke] batched fedper: ok",
+        "[smoke] resume fedper, batched: ok",
+        "all checks passed",
+    ):
+        assert line in proc.stderr, proc.stderr
+    report = out.read_text()
+    assert "all checks passed" in report and "0 failed" in report
+    assert "This run used the CPU as its device" in report and "trivially" in report
+    assert f"torch {torch.__version__}" in report and "cuDNN" in report
+    assert "engine.deterministic: true" in report and '"deterministic": true' in report
+    tables = _tables(report)
+    assert [r["method"] for r in tables["Device vs CPU"]] == ["fedavg", "fedper"]
+    assert all(r["result"] == "ok" and r["Δ points"] == "+0.00" for r in tables["Device vs CPU"])
+    assert all(r["not finite"] == "none" for r in tables["Device vs CPU"])
+    batched = tables["Batched vs sequential on the device"]
+    assert [(r["method"], r["backend"], r["result"]) for r in batched] == [
+        ("fedavg", "batched", "ok"),
+        ("fedper", "batched", "ok"),
+    ]
+    resume = tables["Resume, bit for bit"]
+    assert [(r["method"], r["backend"]) for r in resume] == [
+        ("fedavg", "sequential"),
+        ("fedavg", "batched"),
+        ("fedper", "sequential"),
+        ("fedper", "batched"),
+    ]
+    for row in resume:
+        assert row["result"] == "ok" and row["rounds"] == "2 / 1 + 1"
+        assert row["metrics"] == "2 rows: equal" and row["summary"] == "equal"
+        assert row["checkpoint"].endswith("bit-identical")
+    targets = {r["target"]: r for r in tables["Targets"]}
+    assert len(targets) == 3
+    assert any(r["met?"].startswith("trivially") for r in targets.values())
+    assert "## Kill and resume\n\nskipped" in report
+    assert "## Timings: `fedpart bench`\n\nskipped" in report
+
+
+def test_kill_and_resume_on_the_cpu(tmp_path, capsys):
+    """``fedpart run`` killed with SIGKILL half-way and resumed equals the uninterrupted run."""
+    smoke = _load()
+    out = tmp_path / "kill.md"
+    argv = ["--device", "cpu", "--methods", "fedavg", "--kill-rounds", "6", "--out", str(out)]
+    assert smoke.main([*argv, "--skip", "accuracy,batched,resume,timing"]) == 0
+    (row,) = _tables(out.read_text())["Kill and resume"]
+    assert row["method"] == "fedavg" and row["rounds"] == "6" and row["result"] == "ok"
+    assert row["killed"].startswith("after 3 of 6 rounds logged")
+    assert row["metrics"] == "6 rows: equal" and row["checkpoint"].endswith("bit-identical")
+    assert "kill fedavg: ok" in capsys.readouterr().err
+
+
+def test_a_failed_check_fails_the_script(tmp_path, capsys):
+    """A check that fails (here an impossible accuracy tolerance) is reported and exits 1."""
+    smoke = _load()
+    out = tmp_path / "fail.md"
+    argv = ["--device", "cpu", "--rounds", "1", "--methods", "fedavg", "--out", str(out)]
+    assert smoke.main([*argv, "--quick", "--skip", "batched,resume", "--tolerance", "-1"]) == 1
+    report = out.read_text()
+    assert "1 check(s) FAILED" in report
+    (row,) = _tables(report)["Device vs CPU"]
+    assert row["result"] == "FAIL"
+    assert "Failures:" in report and "differs by +0.00 points" in report
+    assert "accuracy fedavg: FAIL" in capsys.readouterr().err
+
+
+def test_unknown_method_and_device_are_one_line(tmp_path, capsys, monkeypatch):
+    smoke = _load()
+    out = tmp_path / "x.md"
+    assert smoke.main(["--device", "cpu", "--methods", "nope", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown method(s) nope" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert smoke.main(["--device", "cuda", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: --device cuda: CUDA was requested but no GPU is available")
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_without_a_gpu_the_default_device_stops_with_one_line(tmp_path):
+    """``--device cuda`` is the default: without a GPU, one line and exit code 2, nothing written."""
+    out = tmp_path / "gpu.md"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and not out.exists()
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "no GPU is available" in proc.stderr and proc.stdout == ""
