@@ -47,6 +47,31 @@ TABLE6 = {
 TABLE2 = {"fc1": (98.956, 96.420), "fc2": (99.421, 96.599), "classifier": (99.363, 96.403)}
 # Table IX (FMNIST): K_p -> paper
 TABLE9 = {20: 94.736, 60: 96.705, 100: 96.775}
+# Table VIII, α = 1.0: label -> (config, overrides, paper MNIST, paper FMNIST); the code variant
+# of FedCMD has no paper number of its own (the paper's table is the paper's method)
+TABLE8 = {
+    "FedCMD": ("fedcmd", (), 98.271, 89.837),
+    "FedCMD (code variant)": ("fedcmd", ("algorithm.variant=code",), None, None),
+    "pFedSim": ("pfedsim", (), 97.587, 88.276),
+    "FedPer": ("fedper", (), 97.198, 88.018),
+    "FedRep": ("fedrep", (), 95.976, 86.088),
+    "FedAvg": ("fedavg", (), 96.927, 84.613),
+    "Local-Only": ("local", (), 90.564, 82.121),
+}
+TABLE8_SEEDS = (42, 43)
+#: Table VI's headline cells at two more seeds (seed 42 is the Table VI run itself)
+TABLE6_SEEDS = (42, 43, 44)
+TABLE6_SEEDED = ("fedcmd", "pfedsim")
+
+
+def table8_name(label: str, dataset: str, seed: int) -> str:
+    config, overrides, _, _ = TABLE8[label]
+    variant = "-code" if overrides else ""
+    return f"{config}{variant}-a1-{dataset}-s{seed}"
+
+
+def table6_name(config: str, dataset: str, seed: int) -> str:
+    return f"{config}-{dataset}" if seed == 42 else f"{config}-{dataset}-s{seed}"
 
 
 def experiments() -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
@@ -71,6 +96,33 @@ def experiments() -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
         if kp != 20
     ]
     out["code"] = [(f"fedcmd-code-{d}", "fedcmd", d, ("algorithm.variant=code",)) for d in DATASETS]
+    # Fashion-MNIST first (the dataset where the methods differ), seed 42 before seed 43
+    out["table8"] = [
+        (
+            table8_name(label, d, seed),
+            config,
+            d,
+            ("partition.alpha=1.0", f"seed={seed}", *overrides),
+        )
+        for seed in TABLE8_SEEDS
+        for d in ("fmnist", "mnist")
+        for label, (config, overrides, _, _) in TABLE8.items()
+    ]
+    out["table6-seeds"] = [
+        (table6_name(config, d, seed), config, d, (f"seed={seed}",))
+        for seed in TABLE6_SEEDS[1:]
+        for d in ("fmnist", "mnist")
+        for config in TABLE6_SEEDED
+    ]
+    out["table2-a1"] = [
+        (
+            f"fedcmd-fixed-{layer}-a1-fmnist",
+            "fedcmd",
+            "fmnist",
+            ("partition.alpha=1.0", f"algorithm.personal_layer={layer}"),
+        )
+        for layer in TABLE2
+    ]
     return out
 
 
@@ -200,6 +252,7 @@ def report() -> str:
     for d, title in DATASETS.items():
         p, c = metric(load(f"fedcmd-{d}")), metric(load(f"fedcmd-code-{d}"))
         lines.append(f"| {title} | {cell(p)} | {cell(c)} |")
+    lines.extend(report_table8())
     lines.append("\n### Communication over 200 rounds (MB; Fig. 8)\n")
     lines.append("| method | MNIST up | MNIST down | MNIST total | FMNIST total |")
     lines.append("| --- | --- | --- | --- | --- |")
@@ -224,6 +277,68 @@ def report() -> str:
                 + " < ".join(order)
             )
     return "\n".join(lines)
+
+
+def mean_std(values: list[float]) -> str:
+    """``mean ± std`` of the recorded seeds (std over ≥ 2 seeds), and how many there are."""
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.3f} (1 seed)"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} ({len(values)} seeds)"
+
+
+def report_table8() -> list[str]:
+    """Table VIII (α = 1.0, two seeds), Table VI's headline cells over three seeds, the α = 1.0
+    fixed-layer rows and the layer FedCMD selected in each α = 1.0 run."""
+    lines = [
+        "\n### Table VIII (α = 1.0): last-10-round mean of the participants' accuracy before "
+        "training (%), mean ± std over seeds, each seed, the paper and the gap of the mean\n"
+    ]
+    lines.append("| method | dataset | mean ± std | seeds | paper | gap |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    for d, title in (("mnist", "MNIST"), ("fmnist", "FMNIST")):
+        for label, (_, _, p_m, p_f) in TABLE8.items():
+            paper = p_m if d == "mnist" else p_f
+            values = {s: metric(load(table8_name(label, d, s))) for s in TABLE8_SEEDS}
+            got = [v for v in values.values() if v is not None]
+            each = ", ".join(f"{s}: {cell(v)}" for s, v in values.items())
+            mean = statistics.mean(got) if got else None
+            paper_cell = "—" if paper is None else f"{paper:.3f}"
+            gap_cell = "—" if paper is None else gap(mean, paper)
+            lines.append(
+                f"| {label} | {title} | {mean_std(got)} | {each} | {paper_cell} | {gap_cell} |"
+            )
+    lines.append("\n### Table VI (α = 0.1) headline cells over three seeds (%)\n")
+    lines.append("| method | dataset | mean ± std | seeds | paper |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    paper6 = {config: (p_m, p_f) for _, (config, p_m, p_f) in TABLE6.items()}
+    for d, title in (("mnist", "MNIST"), ("fmnist", "FMNIST")):
+        for config in TABLE6_SEEDED:
+            values = {s: metric(load(table6_name(config, d, s))) for s in TABLE6_SEEDS}
+            got = [v for v in values.values() if v is not None]
+            each = ", ".join(f"{s}: {cell(v)}" for s, v in values.items())
+            paper = paper6[config][0 if d == "mnist" else 1]
+            lines.append(f"| {config} | {title} | {mean_std(got)} | {each} | {paper:.3f} |")
+    lines.append("\n### α = 1.0, Fashion-MNIST: fixed personalized layer (seed 42)\n")
+    lines.append("| personalized layer | ours |")
+    lines.append("| --- | --- |")
+    for layer in TABLE2:
+        lines.append(f"| {layer} | {cell(metric(load(f'fedcmd-fixed-{layer}-a1-fmnist')))} |")
+    lines.append("\n### α = 1.0: the layer FedCMD selected (round winners)\n")
+    lines.append("| run | l* | round winners |")
+    lines.append("| --- | --- | --- |")
+    for label in ("FedCMD", "FedCMD (code variant)"):
+        for d in ("mnist", "fmnist"):
+            for seed in TABLE8_SEEDS:
+                name = table8_name(label, d, seed)
+                rec = load(name)
+                values = {} if rec is None else rec["summary"].get("fedcmd", {})
+                lines.append(
+                    f"| {name} | {values.get('layer', '—')} | "
+                    f"{values.get('round_winner_counts', '—')} |"
+                )
+    return lines
 
 
 def main() -> None:
