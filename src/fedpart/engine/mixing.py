@@ -64,9 +64,9 @@ def average_in_order(tensors: Sequence[torch.Tensor], weights: torch.Tensor) -> 
     Exact by construction: each coordinate's result depends only on that coordinate's values,
     not on the tensor's size or layout, the BLAS library, the CPU (MKL on Intel takes other code
     paths than on AMD) or the device — elementwise products and sums are correctly rounded IEEE
-    operations everywhere. On the AMD machines where the recorded results were made it equals what
-    the earlier ``weights @ stacked`` computed there, bit for bit (``tests/test_recorded_numbers.py``
-    reruns recorded runs).
+    operations everywhere. It gives what the earlier ``weights @ stacked`` gave on the machines
+    the recorded results were made on: ``tests/test_recorded_numbers.py`` reruns recorded FedAvg
+    rounds (bit for bit when oneDNN's convolutions are held to the same instruction set).
     """
     first = tensors[0]
     if first.is_floating_point():
