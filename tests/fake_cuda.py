@@ -30,6 +30,8 @@ compared with the CPU's.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -113,6 +115,9 @@ class FakeCuda(TorchFunctionMode):
             "synchronize": lambda *a, **k: None,
             "reset_peak_memory_stats": lambda *a, **k: None,
             "max_memory_allocated": lambda *a, **k: 0,
+            "memory_allocated": lambda *a, **k: 0,
+            "empty_cache": lambda *a, **k: None,
+            "current_device": lambda: 0,
             "manual_seed_all": lambda *a, **k: None,
         }
         for name, value in patches.items():
@@ -237,3 +242,24 @@ def tree_devices(value: Any, gpu: FakeCuda) -> set[str]:
         if isinstance(t, torch.Tensor):
             out.add("cuda" if gpu.on_cuda(t) else "cpu")
     return out
+
+
+@contextlib.contextmanager
+def torch_switches_kept() -> Iterator[None]:
+    """Restore torch's process-wide determinism switches afterwards: a CUDA run sets them
+    (``engine.deterministic``), and the fake device lets it do so on the CPU."""
+    state = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(state[0])
+        torch.backends.cudnn.deterministic = state[1]
+        torch.backends.cudnn.benchmark = state[2]
+        torch.backends.cuda.matmul.allow_tf32 = state[3]
+        torch.backends.cudnn.allow_tf32 = state[4]

@@ -13,26 +13,7 @@ from fedpart.config import Config
 from fedpart.data.sources import load_dataset
 from fedpart.engine.data import build_federated_data
 from fedpart.engine.simulation import Simulation
-
-
-def _tables(report: str) -> dict[str, list[dict[str, str]]]:
-    """Markdown tables of the report by section (``## name``), as lists of row dicts."""
-    out: dict[str, list[dict[str, str]]] = {}
-    section = ""
-    header: list[str] | None = None
-    for line in report.splitlines():
-        if line.startswith("## "):
-            section, header = line[3:].strip(), None
-            continue
-        if not line.startswith("|"):
-            header = None
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if header is None:
-            header = cells
-        elif not set("".join(cells)) <= set("- "):
-            out.setdefault(section, []).append(dict(zip(header, cells, strict=True)))
-    return out
+from markdown_tables import tables as read_tables
 
 
 def _number(cell: str) -> float:
@@ -80,7 +61,7 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
     assert report == capsys.readouterr().out
     assert "fedpart bench --dataset digits" in report  # the exact command
     assert "torch " + torch.__version__ in report and "cores" in report
-    tables = _tables(report)
+    tables = read_tables(report)
 
     rows = {r["variant"]: r for r in tables["fedper"]}
     assert list(rows) == [
@@ -307,7 +288,7 @@ def test_bench_variants_on_the_cpu_with_the_batched_ratios(tmp_path):
     argv += ["--workloads", "fedper", "--variants", "ceiling,batched,sequential", "--out", str(out)]
     assert harness.main(argv) == 0
     report = out.read_text()
-    rows = {r["variant"]: r for r in _tables(report)["fedper"]}
+    rows = {r["variant"]: r for r in read_tables(report)["fedper"]}
     assert list(rows) == ["sequential", "batched", "ceiling"]
     assert all(list(r) == harness.COLUMNS for r in rows.values())
     assert re.search(
@@ -358,7 +339,7 @@ def test_gpu_table_and_targets_from_measurements():
     ]
     table = harness.device_workload_table(fedper)
     assert table[0] == "| " + " | ".join(harness.DEVICE_COLUMNS) + " |"
-    seq, bat, ceil = (_tables("## t\n" + "\n".join(table))["t"][i] for i in range(3))
+    seq, bat, ceil = (read_tables("## t\n" + "\n".join(table))["t"][i] for i in range(3))
     assert (
         bat["train speed vs sequential"] == "6.00×" and bat["end-to-end vs sequential"] == "3.00×"
     )
@@ -433,13 +414,6 @@ def test_bench_runs_the_gpu_path_on_the_fake_cuda_device(monkeypatch, tmp_path):
     fake_cuda = pytest.importorskip("fake_cuda")
     if torch.cuda.is_available():
         pytest.skip("a real GPU: the fake device is for CPU-only machines")
-    switches = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.backends.cudnn.deterministic,
-        torch.backends.cudnn.benchmark,
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-    )
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # restored afterwards
 
     class Props:
@@ -448,27 +422,14 @@ def test_bench_runs_the_gpu_path_on_the_fake_cuda_device(monkeypatch, tmp_path):
     out = tmp_path / "gpu.md"
     argv = ["--device", "cuda", "--dataset", "digits", "--clients", "6", "--min-size", "10"]
     argv += ["--repeats", "1", "--workloads", "fedper", "--out", str(out)]
-    try:
-        with fake_cuda.FakeCuda():
-            for name, value in {
-                "memory_allocated": lambda *a: 0,
-                "empty_cache": lambda: None,
-                "get_device_properties": lambda *a: Props,
-                "current_device": lambda: 0,
-            }.items():
-                monkeypatch.setattr(torch.cuda, name, value)
-            assert harness.main(argv) == 0
-    finally:
-        torch.use_deterministic_algorithms(switches[0])
-        torch.backends.cudnn.deterministic = switches[1]
-        torch.backends.cudnn.benchmark = switches[2]
-        torch.backends.cuda.matmul.allow_tf32 = switches[3]
-        torch.backends.cudnn.allow_tf32 = switches[4]
+    with fake_cuda.torch_switches_kept(), fake_cuda.FakeCuda():
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: Props)
+        assert harness.main(argv) == 0
     report = out.read_text()
     assert report.startswith("# fedpart bench on cuda")
     assert "- device: fake CUDA (CPU checker) (cuda:0), 80.0 GiB, compute capability 9.0" in report
     assert "cudnn.deterministic=True" in report and "torch.cuda.synchronize()" in report
-    tables = _tables(report)
+    tables = read_tables(report)
     rows = {r["variant"]: r for r in tables["fedper"]}
     assert list(rows) == ["sequential", "batched", "ceiling"]
     assert all(list(r) == harness.DEVICE_COLUMNS for r in rows.values())

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import fedpart
-from fake_cuda import FakeCuda
+from fake_cuda import FakeCuda, torch_switches_kept
 from fedpart.algorithms import ALGORITHMS
 from fedpart.config import load_config
 from fedpart.engine.simulation import Simulation
@@ -36,33 +36,10 @@ METHODS = [n for n, cls in ALGORITHMS.items() if cls.supports(load_config(QUICKS
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU: use gpu_smoke.py")
 
 
-def _restore_torch_globals():  # the determinism switches a CUDA run sets are process-wide
-    state = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.backends.cudnn.deterministic,
-        torch.backends.cudnn.benchmark,
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-    )
-
-    def restore() -> None:
-        torch.use_deterministic_algorithms(state[0])
-        torch.backends.cudnn.deterministic = state[1]
-        torch.backends.cudnn.benchmark = state[2]
-        torch.backends.cuda.matmul.allow_tf32 = state[3]
-        torch.backends.cudnn.allow_tf32 = state[4]
-
-    return restore
-
-
 @pytest.fixture
 def fake_gpu():
-    restore = _restore_torch_globals()
-    try:
-        with FakeCuda() as gpu:
-            yield gpu
-    finally:
-        restore()
+    with torch_switches_kept(), FakeCuda() as gpu:
+        yield gpu
 
 
 def _rows(result) -> list[dict]:

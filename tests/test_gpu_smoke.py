@@ -12,6 +12,8 @@ from types import ModuleType
 import pytest
 import torch
 
+from markdown_tables import tables as read_tables
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_smoke.py"
 
@@ -24,26 +26,6 @@ def _load() -> ModuleType:
         sys.modules["gpu_smoke"] = module  # its dataclasses look their module up
         spec.loader.exec_module(module)
     return sys.modules["gpu_smoke"]
-
-
-def _tables(report: str) -> dict[str, list[dict[str, str]]]:
-    """The report's markdown tables by section (``## name``), as lists of row dicts."""
-    out: dict[str, list[dict[str, str]]] = {}
-    section = ""
-    header: list[str] | None = None
-    for line in report.splitlines():
-        if line.startswith("## "):
-            section, header = line[3:].strip(), None
-            continue
-        if not line.startswith("|"):
-            header = None
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if header is None:
-            header = cells
-        elif not set("".join(cells)) <= set("- "):
-            out.setdefault(section, []).append(dict(zip(header, cells, strict=True)))
-    return out
 
 
 def test_quick_self_check_on_the_cpu(tmp_path):
@@ -72,7 +54,7 @@ def test_quick_self_check_on_the_cpu(tmp_path):
     assert "This run used the CPU as its device" in report and "trivially" in report
     assert f"torch {torch.__version__}" in report and "cuDNN" in report
     assert "engine.deterministic: true" in report and '"deterministic": true' in report
-    tables = _tables(report)
+    tables = read_tables(report)
     assert [r["method"] for r in tables["Device vs CPU"]] == ["fedavg", "fedper"]
     assert all(r["result"] == "ok" and r["Δ points"] == "+0.00" for r in tables["Device vs CPU"])
     assert all(r["not finite"] == "none" for r in tables["Device vs CPU"])
@@ -105,7 +87,7 @@ def test_kill_and_resume_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "kill.md"
     argv = ["--device", "cpu", "--methods", "fedavg", "--kill-rounds", "6", "--out", str(out)]
     assert smoke.main([*argv, "--skip", "accuracy,batched,resume,timing"]) == 0
-    (row,) = _tables(out.read_text())["Kill and resume"]
+    (row,) = read_tables(out.read_text())["Kill and resume"]
     assert row["method"] == "fedavg" and row["rounds"] == "6" and row["result"] == "ok"
     assert row["killed"].startswith("after 3 of 6 rounds logged")
     assert row["metrics"] == "6 rows: equal" and row["checkpoint"].endswith("bit-identical")
@@ -120,7 +102,7 @@ def test_a_failed_check_fails_the_script(tmp_path, capsys):
     assert smoke.main([*argv, "--quick", "--skip", "batched,resume", "--tolerance", "-1"]) == 1
     report = out.read_text()
     assert "1 check(s) FAILED" in report
-    (row,) = _tables(report)["Device vs CPU"]
+    (row,) = read_tables(report)["Device vs CPU"]
     assert row["result"] == "FAIL"
     assert "Failures:" in report and "differs by +0.00 points" in report
     assert "accuracy fedavg: FAIL" in capsys.readouterr().err
