@@ -60,13 +60,20 @@ def test_compare_and_report(tmp_path, capsys):
             "partition.num_clients=6",
             f"output.dir={tmp_path}/{{algorithm}}",
             "--algorithms",
-            "fedavg,local",
+            "fedavg,local,fedbn",
             "--quiet",
         ]
     )
     assert code == 0
-    table = capsys.readouterr().out
+    captured = capsys.readouterr()
+    table = captured.out
     assert "fedavg" in table and "local" in table and "|" in table
+    # FedBN's BatchNorm model is marked and named; the others trained the config's model
+    assert "| fedbn ‡ |" in table and "| fedavg |" in table
+    assert "norm=bn" in table.splitlines()[-1]
+    # compare ends by saying where its runs and plots are, and makes the plots
+    assert f"runs: {tmp_path}" in captured.err
+    assert (tmp_path / "accuracy.png").is_file() and str(tmp_path / "accuracy.png") in captured.err
     assert (
         main(["report", str(tmp_path / "fedavg"), str(tmp_path / "local"), "--out", str(tmp_path)])
         == 0

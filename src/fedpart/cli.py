@@ -81,7 +81,7 @@ def _compare_job(config: str, overrides: list[str], run_dir: str) -> dict[str, o
 def cmd_compare(args: argparse.Namespace) -> int:
     from fedpart.algorithms import ALGORITHMS
     from fedpart.config import load_config
-    from fedpart.report import compare_table, load_run
+    from fedpart.report import write_report
     from fedpart.tracking.run_dir import RunDir
 
     base = load_config(args.config, args.overrides)
@@ -137,7 +137,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     done = [out for _, _, out in jobs if outcomes[out].get("state") == "finished"]
     if done:
-        print(compare_table([load_run(d) for d in done]))
+        # the table and the plots, as ``fedpart report`` makes them, in the runs' common folder
+        where = Path(os.path.commonpath([str(d.resolve()) for d in done]))
+        table, written = write_report(done, where if len(done) > 1 else where.parent)
+        print(table)
+        print(f"runs: {where}", file=sys.stderr)
+        print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
+        print(f"again: fedpart report {where}", file=sys.stderr)
     failed = [(name, outcomes[out]) for name, _, out in jobs if out not in done]
     if failed:
         name, outcome = failed[0]

@@ -909,6 +909,9 @@ class Simulation:
             extra={
                 "seed": cfg.seed,
                 "model": cfg.model.name,
+                # the options the model was built with, the method's model_defaults included
+                # (FedBN's BatchNorm): a comparison table marks runs whose model differs
+                "model_options": _plain(model_options(cfg, type(self.algorithm))),
                 "determinism": self.determinism,
                 "personal_state_bytes": self.store.personal_bytes(),
                 **(

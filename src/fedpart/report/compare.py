@@ -160,6 +160,37 @@ def has_final_stage(metrics: Sequence[dict[str, Any]]) -> bool:
     return evaluated and any(r.get("stage") == "final" for r in metrics)
 
 
+def _model_of(run: RunRecord) -> str | None:
+    """The model a run trained, as ``name(option=value, ...)`` with the options it was built
+    with (``summary.json``'s ``model_options``: the config's, the method's defaults included);
+    None for a run that did not record them."""
+    s = run.summary
+    options = s.get("model_options")
+    if not isinstance(options, dict) or not isinstance(s.get("model"), str):
+        return None
+    inner = ", ".join(f"{k}={options[k]}" for k in sorted(options))
+    return f"{s['model']}({inner})"
+
+
+def model_marks(runs: Sequence[RunRecord]) -> tuple[list[str], str | None]:
+    """``‡`` for each run whose model differs from the one most runs trained (e.g. FedBN's and
+    FedAP's BatchNorm variant beside everyone else's model), and the footnote naming both."""
+    models = [_model_of(r) for r in runs]
+    known = [m for m in models if m is not None]
+    if len(set(known)) < 2:
+        return [""] * len(runs), None
+    common = max(set(known), key=known.count)
+    marks = [" ‡" if m is not None and m != common else "" for m in models]
+    others = sorted({m for m in known if m != common})
+    note = (
+        f"‡ trained another model than the other runs ({common}): "
+        + "; ".join(others)
+        + " — the method's own model defaults (e.g. BatchNorm for FedBN and FedAP); its "
+        "accuracy is not comparable with the rest of the table as a method alone."
+    )
+    return marks, note
+
+
 FINAL_STAGE_NOTE = (
     "† final is measured after the method's final fine-tuning stage (FedBABU, fedseqlayer); "
     "best and last-k are over the federated rounds before it."
@@ -189,7 +220,8 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
     header += ["up MB", "down MB", "wall s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     marked = False
-    for run, label in zip(runs, _labels(runs), strict=True):
+    model_mark, model_note = model_marks(runs)
+    for run, label, other_model in zip(runs, _labels(runs), model_mark, strict=True):
         s = run.summary
         mark = " †" if has_final_stage(run.metrics) else ""
         marked |= bool(mark)
@@ -200,7 +232,7 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
         comm = s.get("communication") if isinstance(s.get("communication"), dict) else {}
         wall = s.get("wall_seconds")
         row = [
-            _cell(label),
+            _cell(label) + other_model,
             _cell(run.algorithm),
             _pct(_stat(s, "accuracy", "final")) + mark,
             best,
@@ -217,6 +249,8 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     if marked:
         lines += ["", FINAL_STAGE_NOTE]
+    if model_note:
+        lines += ["", model_note]
     return "\n".join(lines)
 
 
