@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextvars
 import copy
-import dataclasses
 import io
 import pickle
 import sys
@@ -137,34 +136,8 @@ def _loads(blob: bytes, device: torch.device) -> Any:
 # ------------------------------------------------------------------ the model and data pool
 def data_on(data: Any, device: torch.device | str) -> Any:
     """``data`` (a :class:`~fedpart.engine.data.FederatedData`) with its sample pool, labels and
-    index arrays on ``device`` (``data.to`` where it exists; the dataset bundle stays put)."""
-    if hasattr(data, "to"):
-        return data.to(device)
-    clients = [
-        dataclasses.replace(
-            c, train=c.train.to(device), val=c.val.to(device), test=c.test.to(device)
-        )
-        for c in data.clients
-    ]
-    test = data.global_test
-    return dataclasses.replace(
-        data,
-        x=data.x.to(device),
-        y=data.y.to(device),
-        clients=clients,
-        global_test=None if test is None else test.to(device),
-    )
-
-
-def _data_on_cpu(data: Any) -> Any:
-    """``data`` itself when its tensors are on the CPU, else a CPU copy."""
-    indices = [t for c in data.clients for t in (c.train, c.val, c.test)]
-    tensors = [data.x, data.y, *indices]
-    if data.global_test is not None:
-        tensors.append(data.global_test)
-    if all(t.device.type == "cpu" for t in tensors):
-        return data
-    return data_on(data, "cpu")
+    index arrays on ``device`` (itself when they are there already)."""
+    return data.to(device)
 
 
 def _model_on_cpu(model: torch.nn.Module) -> torch.nn.Module:
@@ -259,7 +232,7 @@ class RayTrainer:
         self.threads = engine.threads or 1
         self.deterministic = bool(engine.deterministic)
         self.remote = ray.remote(**options)(_train_task)
-        self.shared = [ray.put(_model_on_cpu(sim.model)), ray.put(_data_on_cpu(sim.data))]
+        self.shared = [ray.put(_model_on_cpu(sim.model)), ray.put(data_on(sim.data, "cpu"))]
         #: client tasks run per Ray node id, over the run
         self.nodes: Counter[str] = Counter()
 
