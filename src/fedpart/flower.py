@@ -2,18 +2,28 @@
 
 The server app drives a fedpart :class:`~fedpart.engine.simulation.Simulation`: the round loop,
 client sampling, the method's ``start_state``/``upload``/``aggregate`` hooks, accounting,
-``metrics.jsonl`` and ``summary.json`` are the engine's own, so a Flower run writes the same run
-directory as ``fedpart run``. What changes is where a client's work happens. Each Flower node is
-one fedpart client (its ``partition-id``):
+``metrics.jsonl``, ``summary.json`` and checkpoints are the engine's own, so a Flower run writes
+the same run directory as ``fedpart run``. What changes is where a client's work happens. Each
+Flower node is one fedpart client (its ``partition-id``):
 
 - the server sends a participant the non-personal tensors of its start state as an
   ``ArrayRecord``, with the method's recipe, optimiser settings and frozen blocks;
-- the node overlays its personal tensors, kept in ``context.state`` between rounds, runs
-  ``engine.training.train_client`` on its own partition and sends back the tensors the method's
-  ``upload`` reads (the shared ones, plus any personal tensor the method itself uploads, such as
-  pFedSim's classifier or FedCMD's φ), never the rest of its personal ones;
+- the node overlays its personal tensors, kept between rounds in ``context.state`` (and, with
+  node config ``state-dir``, on the node's disk), runs ``engine.training.train_client`` on its
+  own partition and sends back the tensors the method's ``upload`` reads (the shared ones, plus
+  any personal tensor the method itself uploads, such as pFedSim's classifier or FedCMD's φ),
+  never the rest of its personal ones;
 - evaluation is federated: every node evaluates its personalised model on its own split and
   returns per-sample outcomes, from which the engine computes the same accuracies.
+
+Faults. A node that does not answer (its SuperNode killed, its network cut) fails the round as
+a failed client does in the engine (``federation.client_failure``): the round aggregates the
+updates that arrived, ``failed`` (``eval_failed`` for an evaluation) counts it, and the run goes
+on; a SuperNode started again for the same partition rejoins with the personal tensors it kept
+under ``state-dir``. The server's checkpoints name, per client, the round whose personal tensors
+its node keeps, so a run with a run directory is resumed from its checkpoint (run config
+``resume``) as ``fedpart run --resume`` does, each node restoring those tensors from its
+``state-dir``.
 
 Methods with their own ``local_update`` (Ditto, FedFomo, FedAP, …), decentralized methods and
 capacity-aware methods are refused with a one-line error.
@@ -23,7 +33,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import sys
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +50,8 @@ from fedpart.engine.evaluation import evaluate_clients
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import Result, Simulation
 from fedpart.engine.training import TrainResult, train_client
-from fedpart.errors import FedpartError
+from fedpart.errors import ConfigError, FedpartError
+from fedpart.tracking.run_dir import RunDir
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message, RecordDict
@@ -47,6 +62,16 @@ State = dict[str, torch.Tensor]
 
 #: the flwr release this module is written and tested against (the ``flower`` extra pins it)
 FLWR_VERSION = "1.41.0"
+
+#: what a Flower run adds to each round's ``metrics.jsonl`` row: the bytes of the tensors in the
+#: round's training messages (server → nodes, nodes → server) and evaluation messages; evaluated
+#: rows also carry ``eval_failed`` and every row ``failed``
+TRAFFIC_KEYS = (
+    "train_msg_down_bytes",
+    "train_msg_up_bytes",
+    "eval_msg_down_bytes",
+    "eval_msg_up_bytes",
+)
 
 
 def require_flwr() -> None:
@@ -120,11 +145,28 @@ def _from_record(record: Any) -> State:
     return {k: v.clone() for k, v in record.to_torch_state_dict().items()}
 
 
+def array_bytes(content: RecordDict) -> int:
+    """The raw bytes of the tensors in a message's ``ArrayRecord``s (numel × item size, the unit
+    of ``up_bytes``; Flower adds a 128-byte ``.npy`` header per tensor and the message framing)."""
+    import numpy as np
+
+    return sum(
+        int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize
+        for record in content.array_records.values()
+        for a in record.values()
+    )
+
+
 def _check_reply(reply: Message) -> None:
     if reply.has_error():
-        # the node's reason may carry a traceback; its last line names the error
+        # the node's reason may carry a traceback; its last line names the error, written by
+        # Flower as "<class 'module.Error'>:<'message'>"
         lines = str(reply.error.reason).strip().splitlines() or ["no reason given"]
-        raise FedpartError(f"Flower node {reply.metadata.src_node_id} failed: {lines[-1]}")
+        last = lines[-1]
+        match = re.fullmatch(r"<class '(?:[\w.]*\.)?(\w+)'>:<'(.*)'>", last)
+        if match:
+            last = match[2] if match[1] == "FedpartError" else f"{match[1]}: {match[2]}"
+        raise FedpartError(f"Flower node {reply.metadata.src_node_id} failed: {last}")
 
 
 class FlowerSimulation(Simulation):
@@ -149,10 +191,30 @@ class FlowerSimulation(Simulation):
         self.grid = grid
         self.timeout = timeout
         self.config_text = dump_config(cfg)
-        #: client → Flower node id
+        n = self.data.num_clients
+        #: client → Flower node id, for the nodes connected now
         self.nodes: dict[int, int] = {}
-        #: client → the personal keys its node already holds (others are sent initial values)
-        self.node_keys: dict[int, set[str]] = {}
+        #: node ids that stopped answering: never asked again (a SuperNode started again
+        #: registers with a new id)
+        self.gone: set[int] = set()
+        #: names this run's tensors on the nodes; kept in the checkpoint, so a resumed run finds
+        #: the tensors its nodes kept
+        self.series = uuid.uuid4().hex
+        #: per client, the round of the last training whose update the server accepted: the
+        #: node's personal tensors are those it kept after that training (-1: the initial ones)
+        self.personal_round = [-1] * n
+        #: per client, the personal keys of that training (FedCMD's l* turns personal later)
+        self.held: list[set[str]] = [set() for _ in range(n)]
+        #: ``personal_round`` at the last two checkpoints: the nodes keep those tensors too, for
+        #: a resume from either checkpoint generation
+        self.checkpointed: list[list[int]] = []
+        #: whether every client had a node once (later, a node taking over a client replaces
+        #: the one before it, which is taken for dead)
+        self.connected = False
+        self._trained: dict[int, TrainResult] = {}
+        self.round_failed: set[int] = set()
+        self.eval_failed: set[int] = set()
+        self.traffic = dict.fromkeys(TRAFFIC_KEYS, 0)
 
     # --------------------------------------------------------------- messages
     def _content(self, records: dict[str, Any], **job: Any) -> RecordDict:
@@ -160,77 +222,175 @@ class FlowerSimulation(Simulation):
 
         return RecordDict({**records, "job": ConfigRecord({"config": self.config_text, **job})})
 
-    def _exchange(self, messages: list[Message]) -> list[Message]:
-        replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
-        if len(replies) < len(messages):
-            raise FedpartError(
-                f"only {len(replies)} of {len(messages)} Flower nodes replied within "
-                f"{self.timeout:g} s"
-            )
+    def _send(self, messages: dict[int, Message], traffic: str | None = None) -> dict[int, Message]:
+        """Send ``messages`` (key → message) and wait up to ``timeout`` for the replies; returns
+        those that arrived, by key. A node that does not reply in time, or that Flower reports
+        unavailable, is dropped; a ClientApp's error ends the run with one line."""
+        from flwr.common.constant import ErrorCode
+
+        if not messages:
+            return {}
+        sent = list(messages.items())
+        replies = list(self.grid.send_and_receive([m for _, m in sent], timeout=self.timeout))
+        key_of = {m.metadata.message_id: key for key, m in sent}
+        unavailable = (
+            ErrorCode.MESSAGE_UNAVAILABLE,
+            ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+            ErrorCode.NODE_UNAVAILABLE,
+        )
+        out: dict[int, Message] = {}
         for reply in replies:
-            _check_reply(reply)
-        return replies
+            key = key_of.get(reply.metadata.reply_to_message_id)
+            if key is None:
+                continue
+            if reply.has_error():
+                if reply.error.code in unavailable:
+                    continue
+                _check_reply(reply)
+            out[key] = reply
+        for key, m in sent:
+            if key not in out:
+                self._drop(m.metadata.dst_node_id)
+        if traffic is not None:
+            self.traffic[f"{traffic}_msg_down_bytes"] += sum(
+                array_bytes(m.content) for _, m in sent
+            )
+            self.traffic[f"{traffic}_msg_up_bytes"] += sum(
+                array_bytes(r.content) for r in out.values()
+            )
+        return out
+
+    def _drop(self, node: int) -> None:
+        self.gone.add(node)
+        for client, held_by in list(self.nodes.items()):
+            if held_by == node:
+                del self.nodes[client]
+                print(
+                    f"notice: Flower node {node} (client {client}) did not reply; the client "
+                    "fails until a SuperNode with its partition-id connects",
+                    file=sys.stderr,
+                )
+
+    def _refresh(self) -> None:
+        """Follow the federation: forget the nodes the SuperLink no longer lists (stopped, or
+        silent for longer than Flower's heartbeat patience) and ask nodes that joined which
+        client they hold."""
+        from flwr.app import Message
+
+        listed = set(self.grid.get_node_ids())
+        for node in set(self.nodes.values()) - listed:
+            self._drop(node)
+        new = sorted(listed - set(self.nodes.values()) - self.gone)
+        if not new:
+            return
+        n = self.data.num_clients
+        replies = self._send({node: Message(self._content({}), node, "query") for node in new})
+        for node, reply in replies.items():
+            client = int(reply.content["info"]["client"])
+            if not 0 <= client < n:
+                raise FedpartError(
+                    f"Flower node {node} has partition-id {client}: the config has {n} clients "
+                    f"(partition-id 0..{n - 1})"
+                )
+            before = self.nodes.get(client)
+            if before is not None:
+                if not self.connected:
+                    raise FedpartError(
+                        f"Flower nodes {before} and {node} both have partition-id {client}: each "
+                        f"of 0..{n - 1} must be held by exactly one node"
+                    )
+                print(
+                    f"notice: Flower node {node} takes over client {client} from node {before}",
+                    file=sys.stderr,
+                )
+                self.gone.add(before)
+            self.nodes[client] = node
 
     def connect(self) -> None:
         """Wait for one node per client and learn which client each node is."""
-        from flwr.app import Message
-
         n = self.data.num_clients
         deadline = time.monotonic() + self.timeout
-        nodes = list(self.grid.get_node_ids())
-        while len(nodes) < n:
+        self._refresh()
+        while len(self.nodes) < n:
             if time.monotonic() > deadline:
+                missing = sorted(set(range(n)) - set(self.nodes))
                 raise FedpartError(
-                    f"{len(nodes)} Flower nodes connected, the config has {n} clients; start "
-                    "one SuperNode per client (node config partition-id=0..N-1)"
+                    f"{len(self.nodes)} of the config's {n} clients have a Flower node, none "
+                    f"holds partition-id {missing[0]}; start one SuperNode per client (node "
+                    f"config partition-id=0..{n - 1})"
                 )
             time.sleep(1.0)
-            nodes = list(self.grid.get_node_ids())
-        messages = [Message(self._content({}), node, "query") for node in nodes]
-        for reply in self._exchange(messages):
-            client = int(reply.content["info"]["client"])
-            if client in self.nodes or not 0 <= client < n:
-                raise FedpartError(
-                    f"Flower node {reply.metadata.src_node_id} has partition-id {client}: each "
-                    f"of 0..{n - 1} must be held by exactly one node"
-                )
-            self.nodes[client] = reply.metadata.src_node_id
-        missing = sorted(set(range(n)) - set(self.nodes))
-        if missing:
-            raise FedpartError(f"no Flower node holds partition-id {missing[0]}")
+            self._refresh()
+        self.connected = True
+
+    def _job(self, client: int) -> dict[str, Any]:
+        """What every message for ``client`` says about its personal tensors: the keys, the
+        round of those its node is to use (-1: the initial ones, sent along), and the rounds
+        whose tensors it is to keep."""
+        held = self.personal_round[client] if self.held[client] else -1
+        keep = {self.personal_round[client], *(c[client] for c in self.checkpointed)} - {-1}
+        return {
+            "client": client,
+            "series": self.series,
+            "personal": list(self.store.personal_keys),
+            "personal_round": held,
+            "keep": sorted(keep),
+        }
 
     def _down(self, client: int, state: State) -> dict[str, Any]:
         """The records a node needs to rebuild ``state``: its non-personal tensors, and the
         initial values of personal keys the node does not hold yet."""
         store = self.store
         personal = set(store.personal_keys)
-        held = self.node_keys.get(client, set())
         return {
             "model": _to_record({k: v for k, v in state.items() if k not in personal}),
-            "init": _to_record({k: store.init_personal[k] for k in personal - held}),
+            "init": _to_record({k: store.init_personal[k] for k in personal - self.held[client]}),
         }
 
     # ------------------------------------------------------- training on nodes
+    def run_round(self, rnd: int) -> dict[str, Any]:
+        """The engine's round; its row also counts the participants whose node did not reply
+        (``failed``) and the bytes of the round's training messages."""
+        self.round_failed = set()
+        self.traffic = dict.fromkeys(TRAFFIC_KEYS, 0)
+        row = super().run_round(rnd)
+        row["failed"] = row.get("failed", 0) + len(self.round_failed)
+        row["train_msg_down_bytes"] = self.traffic["train_msg_down_bytes"]
+        row["train_msg_up_bytes"] = self.traffic["train_msg_up_bytes"]
+        return row
+
     def train_clients(
         self, rnd: int, clients: list[int]
     ) -> tuple[dict[int, TrainResult], dict[str, Any]]:
-        """The engine's ``train_clients``, its clients' training done by their nodes."""
+        """The engine's ``train_clients`` for the clients whose node replied; the others failed
+        this round (no update, no personal change: ``federation.client_failure``'s drop)."""
+        trained = self._train_on_nodes(rnd, clients)
+        arrived = [c for c in clients if c in trained]
+        self.round_failed.update(c for c in clients if c not in trained)
         # the remote branch of Simulation.train_clients calls _train_remote for every client
+        self._trained = trained
         self.backend = "processes"
         try:
-            return super().train_clients(rnd, clients)
+            return super().train_clients(rnd, arrived)
         finally:
             self.backend = "flower"
+            self._trained = {}
 
     def _train_remote(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
+        return {c: self._trained[c] for c in clients}
+
+    def _train_on_nodes(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
         from flwr.app import Message
 
+        self._refresh()
         algo = self.algorithm
         personal = list(self.store.personal_keys)
         frozen = algo.frozen_blocks(rnd)
         starts: dict[int, State] = {}
-        messages = []
+        messages = {}
         for c in clients:
+            if c not in self.nodes:
+                continue
             start = algo.start_state(rnd, c)
             starts[c] = start
             probe = _Recorder(start)
@@ -238,19 +398,14 @@ class FlowerSimulation(Simulation):
             returned = [k for k in start if k not in personal or k in probe.read]
             job = cloudpickle.dumps((algo.recipe(rnd, c), self.train_settings(rnd, c), frozen))
             content = self._content(
-                self._down(c, start),
-                round=rnd,
-                client=c,
-                personal=personal,
-                returned=returned,
-                job=job,
+                self._down(c, start), **self._job(c), round=rnd, returned=returned, job=job
             )
-            messages.append(Message(content, self.nodes[c], "train"))
+            messages[c] = Message(content, self.nodes[c], "train", group_id=str(rnd))
         out: dict[int, TrainResult] = {}
-        for reply in self._exchange(messages):
+        for c, reply in self._send(messages, "train").items():
             info = reply.content["info"]
-            c = int(info["client"])
-            self.node_keys[c] = set(personal)
+            self.personal_round[c] = rnd
+            self.held[c] = set(personal)
             # personal tensors the node did not send stay the server's placeholders: the server
             # never uses them (start states and evaluation overlay the node's own)
             state = {**starts[c], **_from_record(reply.content["model"])}
@@ -275,56 +430,122 @@ class FlowerSimulation(Simulation):
             raise FedpartError(
                 "this method's fine-tuning from its own start states is not on Flower"
             )
+        self._refresh()
         rnd = self.cfg.federation.rounds
         recipe = Recipe(phases=(Phase(blocks=None, epochs=epochs, name="finetune"),))
-        personal = list(self.store.personal_keys)
-        messages = []
+        messages = {}
         for c in range(self.data.num_clients):
+            if c not in self.nodes:
+                continue
             job = cloudpickle.dumps((recipe, self.train_settings(rnd, c), set()))
             content = self._content(
                 self._down(c, self.store.client_state(c)),
+                **self._job(c),
                 round=rnd,
-                client=c,
-                personal=personal,
                 returned=[],
                 job=job,
             )
-            messages.append(Message(content, self.nodes[c], "train.finetune"))
-        self._exchange(messages)
+            messages[c] = Message(content, self.nodes[c], "train.finetune", group_id=str(rnd))
+        self._send(messages)
         return {}
 
     # ----------------------------------------------------- evaluation on nodes
+    def evaluate(self) -> dict[str, Any]:
+        """The engine's evaluation; a client whose node did not reply has no accuracy this time
+        (``eval_failed`` counts them) and the others' make the means."""
+        self.eval_failed = set()
+        row = super().evaluate()
+        row["eval_failed"] = len(self.eval_failed)
+        for key in ("eval_msg_down_bytes", "eval_msg_up_bytes"):
+            row[key] = self.traffic[key]
+            self.traffic[key] = 0
+        return row
+
     def evaluate_states(
         self, clients: list[int], states: list[State], index: list[torch.Tensor]
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-sample (correct, loss) of each client's model, computed by its node on its
-        ``evaluation.split`` with its personal tensors overlaid on ``states[i]``."""
+        ``evaluation.split`` with its personal tensors overlaid on ``states[i]`` (none for a
+        client whose node did not reply)."""
         from flwr.app import Message
 
-        personal = list(self.store.personal_keys)
+        self._refresh()
         split = self.cfg.evaluation.split
-        messages = [
-            Message(
-                self._content(self._down(c, s), client=c, personal=personal, split=split),
+        rnd = str(self.rounds_completed)
+        messages = {
+            c: Message(
+                self._content(self._down(c, s), **self._job(c), split=split),
                 self.nodes[c],
                 "evaluate",
+                group_id=rnd,
             )
             for c, s in zip(clients, states, strict=True)
-        ]
-        outcomes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        for reply in self._exchange(messages):
-            c = int(reply.content["info"]["client"])
-            got = _from_record(reply.content["outcome"])
-            outcomes[c] = (got["correct"].bool(), got["loss"])
+            if c in self.nodes
+        }
+        replies = self._send(messages, "eval")
         out = []
         for c, idx in zip(clients, index, strict=True):
-            if outcomes[c][0].numel() != idx.numel():
+            reply = replies.get(c)
+            if reply is None:
+                self.eval_failed.add(c)
+                out.append((torch.zeros(0, dtype=torch.bool), torch.zeros(0)))
+                continue
+            got = _from_record(reply.content["outcome"])
+            correct, loss = got["correct"].bool(), got["loss"]
+            if correct.numel() != idx.numel():
                 raise FedpartError(
-                    f"Flower node of client {c} evaluated {outcomes[c][0].numel()} samples, the "
+                    f"Flower node of client {c} evaluated {correct.numel()} samples, the "
                     f"server expected {idx.numel()}: node and server partition differently"
                 )
-            out.append(outcomes[c])
+            out.append((correct, loss))
         return out
+
+    # ---------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> None:
+        if self.run_dir is None:
+            return
+        self.checkpointed = [list(self.personal_round), *self.checkpointed[:1]]
+        super().save_checkpoint()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The engine's tensors and the nodes' side of the run: the series name, each client's
+        ``personal_round`` (now and at the checkpoint before) and the keys it covers. (Their
+        ``flower/`` names make ``fedpart run --resume`` refuse the directory: the personal
+        tensors in it are the server's placeholders, the real ones are on the nodes.)"""
+        out = super().state_tensors()
+        before = self.checkpointed[1] if len(self.checkpointed) > 1 else self.personal_round
+        out["flower/series"] = torch.tensor(list(self.series.encode()), dtype=torch.uint8)
+        out["flower/personal_round"] = torch.tensor(self.personal_round, dtype=torch.int64)
+        out["flower/personal_round_before"] = torch.tensor(before, dtype=torch.int64)
+        keys = self.store.keys
+        out["flower/held"] = torch.tensor(
+            [[k in held for k in keys] for held in self.held], dtype=torch.uint8
+        ).reshape(len(self.held), len(keys))
+        return out
+
+    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        flower = {k: v for k, v in tensors.items() if k.startswith("flower/")}
+        if "flower/series" not in flower:
+            raise FedpartError(
+                "the checkpoint was not written by a Flower run (its clients' personal tensors "
+                "are in it, not on nodes); continue it with fedpart run --resume"
+            )
+        super().load_state({k: v for k, v in tensors.items() if k not in flower}, meta)
+        n = self.data.num_clients
+        rounds = flower["flower/personal_round"].tolist()
+        held = flower["flower/held"].tolist()
+        if len(rounds) != n or len(held) != n:
+            raise FedpartError(
+                f"the checkpoint does not fit this config: it has {len(rounds)} Flower clients, "
+                f"the config {n}; resume with the config the run was started with"
+            )
+        self.series = bytes(flower["flower/series"].tolist()).decode()
+        self.personal_round = [int(r) for r in rounds]
+        self.held = [{k for k, h in zip(self.store.keys, row, strict=True) if h} for row in held]
+        self.checkpointed = [
+            list(self.personal_round),
+            [int(r) for r in flower["flower/personal_round_before"].tolist()],
+        ]
 
 
 # ------------------------------------------------------------------- node side
@@ -347,11 +568,60 @@ def _mirror(config_text: str) -> Simulation:
     return sim
 
 
-def _state_keys(config_text: str) -> tuple[str, str]:
-    """The ``context.state`` keys of a run's personal and fine-tuned tensors: named by the
-    config, so that runs served one after another by the same node never mix."""
-    tag = hashlib.sha256(config_text.encode()).hexdigest()[:16]
-    return f"fedpart.{tag}.personal", f"fedpart.{tag}.finetuned"
+class _Kept:
+    """The personal tensors a node keeps for its client, by the round of the training that left
+    them: in ``context.state`` (for the Flower run) and, with node config ``state-dir``, in
+    ``<state-dir>/<series>/<client>/personal-<round>.safetensors`` (for a SuperNode started
+    again and for a resumed run)."""
+
+    def __init__(self, context: Context, series: str, client: int) -> None:
+        if not re.fullmatch(r"[0-9a-f]{32}", series):
+            raise FedpartError(f"bad run series {series!r} from the server")
+        self.context = context
+        self.prefix = f"fedpart.{series}.{client}.personal."
+        self.finetuned = f"fedpart.{series}.{client}.finetuned"
+        where = context.node_config.get("state-dir")
+        self.dir = Path(str(where)).expanduser() / series / str(client) if where else None
+
+    def _path(self, rnd: int) -> Path:
+        assert self.dir is not None
+        return self.dir / f"personal-{rnd}.safetensors"
+
+    def load(self, rnd: int) -> State | None:
+        record = self.context.state.get(self.prefix + str(rnd))
+        if record is not None:
+            return _from_record(record)
+        if self.dir is not None and self._path(rnd).is_file():
+            from safetensors.torch import load_file
+
+            return load_file(str(self._path(rnd)))
+        return None
+
+    def save(self, rnd: int, state: State) -> None:
+        self.context.state[self.prefix + str(rnd)] = _to_record(state)
+        if self.dir is None:
+            return
+        from safetensors.torch import save_file
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self._path(rnd)
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp))
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def prune(self, keep: set[int]) -> None:
+        """Forget the tensors of every round not in ``keep``."""
+        for key in list(self.context.state.keys()):
+            if key.startswith(self.prefix) and int(key[len(self.prefix) :]) not in keep:
+                del self.context.state[key]
+        if self.dir is None or not self.dir.is_dir():
+            return
+        for path in self.dir.glob("personal-*.safetensors"):
+            rnd = path.name[len("personal-") : -len(".safetensors")]
+            if rnd.isdigit() and int(rnd) not in keep:
+                path.unlink(missing_ok=True)
 
 
 def _partition_id(context: Context) -> int:
@@ -364,22 +634,32 @@ def _partition_id(context: Context) -> int:
     return int(value)
 
 
-def _node_state(msg: Message, context: Context, sim: Simulation) -> tuple[int, State]:
-    """The client's model: the server's tensors ⊕ the node's personal ones (initial values
-    from the server for keys it does not hold yet)."""
+def _node_state(msg: Message, context: Context, sim: Simulation) -> tuple[int, State, _Kept]:
+    """The client's model: the server's tensors ⊕ the node's personal ones (those it kept
+    after the round the server names, initial values from the server where it has none)."""
     job = msg.content["job"]
     client = int(job["client"])
     if client != _partition_id(context):
         raise FedpartError(
             f"message for client {client} reached partition {_partition_id(context)}"
         )
+    kept = _Kept(context, str(job["series"]), client)
     state = _from_record(msg.content["model"])
-    personal, _ = _state_keys(str(job["config"]))
-    held = _from_record(context.state[personal]) if personal in context.state else {}
+    rnd = int(job["personal_round"])
+    held: State = {}
+    if rnd >= 0:
+        found = kept.load(rnd)
+        if found is None:
+            raise FedpartError(
+                f"the node of client {client} no longer holds its personal tensors of round "
+                f"{rnd} (a SuperNode started again, or a resumed run): start SuperNodes with "
+                f"--node-config 'partition-id={client} state-dir=\"DIR\"' to keep them"
+            )
+        held = found
     init = _from_record(msg.content["init"])
     for k in job["personal"]:
         state[k] = held[k] if k in held else init[k]
-    return client, {k: state[k].to(sim.device) for k in sim.store.keys}
+    return client, {k: state[k].to(sim.device) for k in sim.store.keys}, kept
 
 
 def _reply(msg: Message, records: dict[str, Any], info: dict[str, Any]) -> Message:
@@ -391,16 +671,17 @@ def _reply(msg: Message, records: dict[str, Any], info: dict[str, Any]) -> Messa
 def _train(msg: Message, context: Context, *, finetune: bool) -> Message:
     job = msg.content["job"]
     sim = _mirror(str(job["config"]))
-    client, start = _node_state(msg, context, sim)
+    client, start, kept = _node_state(msg, context, sim)
     recipe, settings, frozen = cloudpickle.loads(job["job"])
-    result = train_client(
-        sim.model, start, recipe, sim.data, client, int(job["round"]), settings, frozen
-    )
-    personal, finetuned = _state_keys(str(job["config"]))
+    rnd = int(job["round"])
+    result = train_client(sim.model, start, recipe, sim.data, client, rnd, settings, frozen)
     if finetune:
-        context.state[finetuned] = _to_record(result.state)
-    else:
-        context.state[personal] = _to_record({k: result.state[k] for k in job["personal"]})
+        context.state[kept.finetuned] = _to_record(result.state)
+    elif job["personal"]:
+        kept.save(rnd, {k: result.state[k] for k in job["personal"]})
+        # the server names the rounds it may still ask for: the tensors this training
+        # started from (should its reply not arrive) and those of its checkpoints
+        kept.prune({rnd, *(int(r) for r in job["keep"])})
     info = {
         "client": client,
         "loss": float(result.loss),
@@ -416,10 +697,11 @@ def _train(msg: Message, context: Context, *, finetune: bool) -> Message:
 def _evaluate(msg: Message, context: Context) -> Message:
     job = msg.content["job"]
     sim = _mirror(str(job["config"]))
-    client, state = _node_state(msg, context, sim)
-    _, finetuned = _state_keys(str(job["config"]))
-    if finetuned in context.state:  # after a final fine-tuning the node's own model is evaluated
-        state = {k: v.to(sim.device) for k, v in _from_record(context.state[finetuned]).items()}
+    client, state, kept = _node_state(msg, context, sim)
+    if kept.finetuned in context.state:  # after a final fine-tuning the node's own model counts
+        state = {
+            k: v.to(sim.device) for k, v in _from_record(context.state[kept.finetuned]).items()
+        }
     index = getattr(sim.data.clients[client], str(job["split"]))
     ((correct, loss),) = evaluate_clients(
         sim.model, [state], [index], sim.data, sim.cfg.engine.eval_batch_size
@@ -473,9 +755,80 @@ def run_on_grid(
     ``ServerApp``'s main function; returns what :func:`fedpart.run` returns.
 
     Several runs may follow one another over the same nodes: a node keeps each run's tensors
-    apart (they are named by the run's config)."""
+    apart (they are named by a series id drawn per run)."""
     sim = FlowerSimulation(cfg, grid, run_dir=run_dir, quiet=True, timeout=timeout)
     sim.connect()
+    return sim.run()
+
+
+def resume_on_grid(
+    grid: Grid,
+    run_dir: str | Path,
+    overrides: Iterable[str] = (),
+    *,
+    timeout: float = 600.0,
+) -> Result:
+    """Continue the Flower run in ``run_dir`` from its last checkpoint over the nodes of
+    ``grid``: :func:`fedpart.resume` with the clients' work on the nodes, each node restoring
+    the personal tensors of the checkpoint's round from its ``state-dir``. Ends equal to a run
+    that never stopped (but for the wall-clock fields)."""
+    rd = RunDir(run_dir)
+    if not rd.path.is_dir():
+        raise FedpartError(f"{rd.path}: no such run directory")
+    if not (rd.path / "config.yaml").is_file():
+        raise FedpartError(f"{rd.path}: not a fedpart run directory (no config.yaml)")
+    rd.acquire()
+    try:
+        return _resume_locked(grid, rd, list(overrides), timeout)
+    finally:
+        rd.release()
+
+
+def _resume_locked(grid: Grid, rd: RunDir, overrides: list[str], timeout: float) -> Result:
+    # fedpart.api._resume_locked, building a FlowerSimulation
+    from fedpart.api import _check_config_unchanged, _recovered_rows
+
+    config_path = rd.path / "config.yaml"
+    try:
+        file_cfg = load_config(config_path)
+    except ConfigError as exc:
+        raise ConfigError("", f"{config_path}: {exc}") from exc
+    tensors: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
+    if rd.has_checkpoint():
+        tensors, meta = rd.load_checkpoint()
+        _check_config_unchanged(config_path, file_cfg, meta, overrides)
+    else:
+        print("notice: no checkpoint yet; starting again from round 0", file=sys.stderr)
+    cfg = file_cfg.with_overrides(overrides) if overrides else file_cfg
+    sim = FlowerSimulation(cfg, grid, run_dir=rd.path, timeout=timeout)
+    sim.run_dir = rd  # the handle that holds the lock
+    sim.resumed = True
+    if meta is not None and tensors is not None:
+        done = meta["rounds_completed"]
+        if done > cfg.federation.rounds:
+            raise FedpartError(
+                f"federation.rounds={cfg.federation.rounds} is fewer than the {done} rounds "
+                f"{rd.path} has completed; give federation.rounds={done} or more"
+            )
+        try:
+            sim.load_state(tensors, meta)
+        except FedpartError:
+            raise
+        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+            raise FedpartError(
+                f"{rd.path}: the checkpoint does not fit this config ({type(exc).__name__}: "
+                f"{exc}); resume with the config the run was started with"
+            ) from exc
+    if sim.rounds_completed < cfg.federation.rounds:
+        sim.finished = False
+        sim.final_row = None
+    rows = _recovered_rows(rd, sim.rounds_completed, meta)
+    sim.connect()  # before anything in the directory changes
+    sim.rows = rows
+    rd.write_metrics(rows + ([sim.final_row] if sim.finished and sim.final_row else []))
+    if overrides:
+        rd.write_text("config.yaml", dump_config(cfg))
     return sim.run()
 
 
@@ -494,7 +847,9 @@ def server_app(
     path there being read from ``base`` (the project's directory); the run config's
     ``overrides`` (``key=value`` separated by spaces) come before ``overrides``, its
     ``output-dir`` names the run directory (default ``run_dir``; without one nothing is written)
-    and its ``timeout`` the seconds to wait for nodes."""
+    and its ``timeout`` the seconds to wait for nodes. With ``resume`` true the run in the run
+    directory is continued from its last checkpoint instead (``config`` is not read; the
+    overrides apply as in ``fedpart run --resume DIR key=value``)."""
     require_flwr()
     from flwr.serverapp import ServerApp
 
@@ -503,21 +858,25 @@ def server_app(
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         rc = context.run_config
-        source: Any = config if config is not None else rc.get("config")
-        if source is None:
-            raise FedpartError("no fedpart config: set config in the Flower run config")
         extra = [*_split_overrides(rc.get("overrides")), *overrides]
-        if isinstance(source, Config):
-            cfg = source.with_overrides(extra) if extra else source
-        else:
-            path = Path(str(source))
-            if not path.is_absolute() and base is not None:
-                path = Path(base) / path
-            cfg = load_config(path, extra)
         out = rc.get("output-dir") or run_dir
-        result = run_on_grid(
-            grid, cfg, run_dir=out or None, timeout=float(rc.get("timeout", timeout))
-        )
+        wait = float(rc.get("timeout", timeout))
+        if rc.get("resume"):
+            if not out:
+                raise FedpartError("resume: give output-dir, the run directory to continue")
+            result = resume_on_grid(grid, str(out), extra, timeout=wait)
+        else:
+            source: Any = config if config is not None else rc.get("config")
+            if source is None:
+                raise FedpartError("no fedpart config: set config in the Flower run config")
+            if isinstance(source, Config):
+                cfg = source.with_overrides(extra) if extra else source
+            else:
+                path = Path(str(source))
+                if not path.is_absolute() and base is not None:
+                    path = Path(base) / path
+                cfg = load_config(path, extra)
+            result = run_on_grid(grid, cfg, run_dir=out or None, timeout=wait)
         if result.run_dir is not None:
             print(f"fedpart: wrote {result.run_dir}")
 

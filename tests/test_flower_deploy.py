@@ -1,0 +1,442 @@
+"""A Flower deployment of separate processes: the numbers of `fedpart run`, a SuperNode killed
+mid-round, a ServerApp killed mid-run and resumed.
+
+One `flower-superlink --insecure` and one `flower-supernode --insecure` per client (each with
+node config `partition-id` and `state-dir`) run as separate processes on localhost; `flwr run
+examples/flower deploy --stream` submits runs to them: the commands of docs/flower.md. Every
+process the module starts, and every process those start, is stopped by it, also when a test
+fails (the module's fixture; the test process adopts orphaned Flower processes as a subreaper
+and reaps them). All files go under pytest's tmp_path (FLWR_HOME included).
+
+Slow by nature: Flower 1.41 starts a fresh `flwr-clientapp` process (Python, torch, fedpart)
+for every message a node receives, and the SuperLink and the SuperNodes poll every 3 s, so a
+round (train + evaluate) costs about 20 s on an idle 2-core machine and far more on a busy one;
+detecting a SuperNode killed with SIGKILL waits for Flower's heartbeat patience (up to 60 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fedpart
+from fedpart.config import load_config
+from fedpart.errors import FedpartError
+
+flwr = pytest.importorskip("flwr")
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "flower"
+CLIENTS = 2
+# the example's quick start on two clients, both training every round (FedPer averages two
+# uploads; FedCMD's selection round 0 and its personal l* in round 1 see both clients)
+BASE = [
+    f"partition.num_clients={CLIENTS}",
+    "federation.rounds=2",
+    "federation.join_ratio=1.0",
+    "output.checkpoint_every=1",
+]
+#: seconds a run may take here before the test gives up (generous: a busy 2-core machine)
+RUN_LIMIT = 900
+KEYS = ("accuracy", "accuracy_weighted", "loss", "train_loss", "up_bytes", "down_bytes")
+#: keys a resumed run may differ in from one that never stopped
+WALL = ("wall_seconds",)
+
+
+def _overrides(method: str, *extra: str) -> list[str]:
+    return [f"algorithm.name={method}", *BASE, *extra]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ processes
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state letter) of a process, None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0]
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (parents before children)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None:
+            parents.setdefault(st[0], []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parents.get(pid, []))
+    return out
+
+
+def _running(pid: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[1] != "Z"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _subreaper(on: bool) -> None:
+    """Make this process adopt its descendants' orphans (Linux), so that Flower processes whose
+    parent was stopped first are still ours to stop and to reap."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _reap(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+class Federation:
+    """A SuperLink and one SuperNode per client on localhost, and the `flwr run`s sent to it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = _free_port()
+        self.env = {
+            **os.environ,
+            "FLWR_HOME": str(root / "flwr"),
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "FLWR_TELEMETRY_ENABLED": "0",
+        }
+        (root / "flwr").mkdir(parents=True)
+        # the connection `flwr run . deploy` uses (docs/flower.md)
+        (root / "flwr" / "config.toml").write_text(
+            '[superlink]\ndefault = "deploy"\n\n'
+            f'[superlink.deploy]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
+        self.procs: dict[str, subprocess.Popen] = {}
+        #: every process seen under ours (for the final sweep)
+        self.seen: set[int] = set()
+
+    def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        with open(self.root / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.root,
+                start_new_session=True,
+            )
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def start(self) -> None:
+        # fedpart is installed here already: no `uv sync` of the app's dependencies
+        self._start(
+            "superlink",
+            [
+                "flower-superlink",
+                "--insecure",
+                "--disable-runtime-dependency-installation",
+                "--port",
+                str(self.port),
+            ],
+        )
+        deadline = time.monotonic() + 120
+        while True:  # the SuperLink's HTTP API is up
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    break
+            if time.monotonic() > deadline or self.procs["superlink"].poll() is not None:
+                raise RuntimeError("the SuperLink did not start:\n" + self.log("superlink"))
+            time.sleep(0.5)
+        for client in range(CLIENTS):
+            self.start_node(client)
+
+    def start_node(self, client: int) -> None:
+        state = self.root / f"state{client}"
+        self._start(
+            f"node{client}",
+            [
+                "flower-supernode",
+                "--insecure",
+                "--superlink",
+                f"127.0.0.1:{self.port}",
+                "--port",
+                str(_free_port()),
+                "--node-config",
+                f'partition-id={client} num-partitions={CLIENTS} state-dir="{state}"',
+            ],
+        )
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL ``pid`` and everything below it (a SuperNode with its SuperExec and the
+        ClientApp it runs; a ServerApp)."""
+        tree = _tree(pid)
+        self.seen.update(tree)
+        for p in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        for proc in self.procs.values():
+            if proc.pid in tree:
+                proc.wait()
+        _reap(set(tree))
+
+    def serverapps(self) -> list[int]:
+        """The ServerApp processes running now (started by the SuperLink's SuperExec)."""
+        root = self.procs["superlink"].pid
+        return [p for p in _tree(root) if "flwr-serverapp" in _cmdline(p) and _running(p)]
+
+    def submit(self, name: str, run_config: str) -> subprocess.Popen:
+        return self._start(
+            name,
+            ["flwr", "run", str(EXAMPLE), "deploy", "--stream", "--run-config", run_config],
+        )
+
+    def run_id(self, name: str, limit: float = 120) -> str:
+        deadline = time.monotonic() + limit
+        while not (match := re.search(r"Successfully started run (\d+)", self.log(name))):
+            assert time.monotonic() < deadline, self.log(name)
+            time.sleep(0.5)
+        return match[1]
+
+    def finish(self, name: str, limit: float = RUN_LIMIT) -> None:
+        """Wait for the `flwr run --stream` of ``name`` to end (with its run)."""
+        try:
+            self.procs[name].wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} did not finish in {limit} s:\n{self.log(name)[-4000:]}")
+
+    def traffic(self, run_id: str) -> dict:
+        """Flower's own count of the run's bytes between the SuperLink and the SuperNodes."""
+        out = subprocess.run(
+            ["flwr", "ls", "deploy", "--run-id", run_id, "--format", "json"],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        (run,) = json.loads(out.stdout)["runs"]
+        return run["network-traffic"]
+
+    def stop(self) -> None:
+        """Stop every process started here and below (SIGTERM, then SIGKILL), and reap them."""
+        trees = [_tree(proc.pid) for proc in self.procs.values() if proc.poll() is None]
+        everything = {p for tree in trees for p in tree} | self.seen
+        for pid in everything:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_running(p) for p in everything):
+            time.sleep(0.2)
+            _reap(everything)
+        for pid in everything:
+            if _running(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        # orphans adopted on the way (their parents went first) are children of this process
+        deadline = time.monotonic() + 10
+        while True:
+            mine = [
+                int(e)
+                for e in os.listdir("/proc")
+                if e.isdigit() and (st := _stat(int(e))) is not None and st[0] == os.getpid()
+            ]
+            adopted = [p for p in mine if p in everything or not _running(p)]
+            for pid in adopted:
+                if _running(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            _reap(set(adopted) | everything)
+            if not any(_stat(p) is not None for p in everything) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        left = [p for p in everything if _stat(p) is not None]
+        assert not left, f"processes left: {[(p, _cmdline(p)) for p in left]}"
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    fed = Federation(tmp_path_factory.mktemp("federation"))
+    _subreaper(True)
+    try:
+        fed.start()
+        yield fed
+    finally:
+        try:
+            fed.stop()
+        finally:
+            _subreaper(False)
+
+
+def _run_config(method: str, out: Path) -> str:
+    """The run config of `flwr run`: the example's config with ``BASE``, written to ``out``."""
+    overrides = " ".join(_overrides(method))
+    return f'overrides="{overrides}" output-dir="{out}" timeout=300'
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _same(got: list[dict], ref: list[dict], keys: tuple[str, ...], what: str) -> None:
+    assert len(got) == len(ref), what
+    for a, b in zip(got, ref, strict=True):
+        assert a["round"] == b["round"], what
+        for key in keys:
+            if b.get(key) is None:
+                assert a.get(key) is None, (what, a["round"], key)
+            else:
+                assert math.isclose(a[key], b[key], rel_tol=1e-6, abs_tol=1e-9), (
+                    what,
+                    a["round"],
+                    key,
+                    a[key],
+                    b[key],
+                )
+
+
+def _check_against_fedpart_run(run_dir: Path, overrides: list[str], what: str) -> None:
+    ref = fedpart.run(load_config(EXAMPLE / "quickstart.yaml", overrides), write=False)
+    got = _rows(run_dir)
+    keys = (*KEYS, "participants", *(("failed",) if "failed" in ref.metrics[0] else ()))
+    _same(got, ref.metrics, keys, what)
+    clients = json.loads((run_dir / "clients.json").read_text())
+    assert clients["client_accuracy"] == pytest.approx(ref.client_accuracy, abs=1e-9), what
+
+
+@pytest.fixture(scope="module")
+def deployed(federation):
+    """FedPer and FedCMD, submitted together and run to the end: their run directories."""
+    runs = {}
+    for method in ("fedper", "fedcmd"):
+        out = federation.root / "runs" / method
+        federation.submit(method, _run_config(method, out))
+        runs[method] = out
+    for method, out in runs.items():
+        federation.finish(method)
+        assert (out / "summary.json").is_file(), federation.log(method)[-4000:]
+    return runs
+
+
+def test_deployed_runs_equal_fedpart_run(federation, deployed):
+    for method, out in deployed.items():
+        _check_against_fedpart_run(out, _overrides(method), method)
+        rows = _rows(out)
+        assert all(r["failed"] == 0 and r["eval_failed"] == 0 for r in rows), method
+        assert all(r["train_msg_up_bytes"] > 0 and r["eval_msg_up_bytes"] > 0 for r in rows)
+    assert json.loads((deployed["fedcmd"] / "summary.json").read_text())["fedcmd"]["layer"]
+    # FedPer's nodes send back exactly what up_bytes counts (the shared tensors) and, once
+    # they hold their heads, receive exactly what down_bytes counts
+    for r in _rows(deployed["fedper"]):
+        assert r["train_msg_up_bytes"] == r["up_bytes"]
+        if r["round"] > 0:
+            assert r["train_msg_down_bytes"] == r["down_bytes"]
+    # each node keeps its personal tensors under its state-dir, one folder per run
+    for client in range(CLIENTS):
+        kept = sorted(p.name for p in (federation.root / f"state{client}").glob("*/*/*"))
+        assert "personal-1.safetensors" in kept, kept
+        assert all(re.fullmatch(r"personal-\d+\.safetensors", name) for name in kept), kept
+
+
+def test_serverapp_killed_run_resumes(federation, deployed):
+    """The ServerApp killed in round 1 after a node trained it (the node is ahead of the
+    checkpoint); `flwr run ... resume=true` continues from the checkpoint of round 0 and ends
+    with the numbers of the run that never stopped, traffic counts included."""
+    from safetensors.torch import load_file
+
+    out = federation.root / "runs" / "resumed"
+    federation.submit("killed", _run_config("fedper", out))
+    ckpt = out / "checkpoint" / "state.safetensors"
+    deadline = time.monotonic() + RUN_LIMIT
+    series = None
+    while True:
+        assert time.monotonic() < deadline, federation.log("killed")[-4000:]
+        assert federation.procs["killed"].poll() is None, federation.log("killed")[-4000:]
+        if series is None and ckpt.is_file():
+            with contextlib.suppress(Exception):  # it may be being replaced
+                series = bytes(load_file(str(ckpt))["flower/series"].tolist()).decode()
+        if series is not None and list(federation.root.glob(f"state*/{series}/*/personal-1.*")):
+            break
+        time.sleep(0.5)
+    (serverapp,) = federation.serverapps()
+    federation.kill(serverapp)
+    federation.kill(federation.procs["killed"].pid)  # its log stream
+    assert not (out / "summary.json").exists()
+    done = json.loads((out / "checkpoint" / "meta.json").read_text())["rounds_completed"]
+    assert done == 1
+
+    federation.submit("resume", _run_config("fedper", out) + " resume=true")
+    federation.finish("resume")
+    assert (out / "summary.json").is_file(), federation.log("resume")[-4000:]
+    ref = deployed["fedper"]
+    got, want = _rows(out), _rows(ref)
+    assert [{k: v for k, v in r.items() if k not in WALL} for r in got] == [
+        {k: v for k, v in r.items() if k not in WALL} for r in want
+    ]
+    for name in ("clients.json", "config.yaml"):
+        assert (out / name).read_text() == (ref / name).read_text(), name
+    summary = json.loads((out / "summary.json").read_text())
+    expected = json.loads((ref / "summary.json").read_text())
+    assert {k: v for k, v in summary.items() if k not in WALL} == {
+        k: v for k, v in expected.items() if k not in WALL
+    }
+    # its checkpoint holds no node's personal tensors: fedpart run --resume refuses it
+    with pytest.raises(FedpartError, match="unknown entry 'flower/"):
+        fedpart.resume(out)
+
+
+def test_supernode_killed_mid_round(federation):
+    """Client 1's SuperNode killed (SIGKILL) while it trains round 0, then started again: round
+    0 aggregates client 0's update alone and counts the failure, and the run goes on, the
+    restarted node rejoining: `fedpart run` with client 1 failing in round 0 gives the same
+    numbers."""
+    out = federation.root / "runs" / "node-killed"
+    federation.submit("node-killed", _run_config("fedper", out))
+    run_id = federation.run_id("node-killed")
+    mid_round = re.compile(rf"\[RUN {run_id}, ROUND 0\]\s*\n[^\n]*Receiving: train message")
+    deadline = time.monotonic() + RUN_LIMIT
+    while not mid_round.search(federation.log("node1")):
+        assert time.monotonic() < deadline, federation.log("node-killed")[-4000:]
+        time.sleep(0.2)
+    federation.kill(federation.procs["node1"].pid)
+    federation.start_node(1)  # the same partition and state-dir
+    federation.finish("node-killed")
+    assert (out / "summary.json").is_file(), federation.log("node-killed")[-4000:]
+    rows = _rows(out)
+    assert [r["failed"] for r in rows] == [1, 0]
+    assert [r["eval_failed"] for r in rows] == [0, 0]
+    _check_against_fedpart_run(
+        out,
+        _overrides("fedper", "federation.client_failure_schedule=[[0,1]]"),
+        "fedper, client 1 failing in round 0",
+    )
