@@ -1,10 +1,16 @@
-"""FedPer and FedCMD through Flower's simulation engine give `fedpart run`'s accuracies.
+"""FedPer and FedCMD through Flower's simulation engine give `fedpart run`'s accuracies; a node
+that falls silent, and a server that stops and resumes, on nodes in this process.
 
 Skipped without flwr (``pip install 'fedpart[flower]'``). Most of its time is the start of the
 engine's local Ray and its actors (about 20 s on two cores); the two rounds take a few seconds.
+The same faults with SuperLink, SuperNodes and ServerApp as separate processes:
+tests/test_flower_deploy.py.
 """
 
+import itertools
+import json
 import math
+import uuid
 
 import pytest
 
@@ -14,10 +20,17 @@ from fedpart.errors import FedpartError
 
 flwr = pytest.importorskip("flwr")
 
+from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
 from flwr.serverapp import ServerApp  # noqa: E402
 from flwr.simulation import run_simulation  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from fedpart.flower import FlowerSimulation, client_app, run_on_grid  # noqa: E402
+from fedpart.flower import (  # noqa: E402
+    FlowerSimulation,
+    client_app,
+    resume_on_grid,
+    run_on_grid,
+)
 
 QUICKSTART = "configs/quickstart.yaml"
 # FedCMD's selection phase is round 0 (K_p = max(1, ⌊0.1·2⌋)); in round 1 its l* is personal,
@@ -71,3 +84,170 @@ def test_flower_refuses_in_one_line(method, message):
     with pytest.raises(FedpartError, match=message) as err:
         FlowerSimulation(cfg, grid=None)
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------- faults, nodes in this process
+class ServerStoppedError(Exception):
+    """The ServerApp's process ends here (a kill)."""
+
+
+class LocalGrid:
+    """A Flower grid whose nodes are ClientApp contexts in this process (node config
+    ``partition-id`` and, under ``root``, ``state-dir``); ``hook(grid, message)`` sees every
+    message before its node does and may silence the node, add one, or stop the server. A
+    ClientApp's exception comes back as Flower's error reply."""
+
+    def __init__(self, clients, root=None, hook=None):
+        self.app = client_app()
+        self.root = root
+        self.hook = hook
+        self.ids = itertools.count(1)
+        self.contexts = {}
+        self.silent = set()
+        for client in range(clients):
+            self.add(client)
+
+    def add(self, client):
+        node = next(self.ids)
+        config = {"partition-id": client}
+        if self.root is not None:
+            config["state-dir"] = str(self.root / f"node{client}")
+        self.contexts[node] = Context(
+            run_id=1, node_id=node, node_config=config, state=RecordDict(), run_config={}
+        )
+        return node
+
+    def client(self, message):
+        return self.contexts[message.metadata.dst_node_id].node_config["partition-id"]
+
+    def get_node_ids(self):
+        return [node for node in self.contexts if node not in self.silent]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            if self.hook is not None:
+                self.hook(self, message)
+            node = message.metadata.dst_node_id
+            if node in self.silent:
+                continue
+            try:
+                replies.append(self.app(message, self.contexts[node]))
+            except Exception as exc:  # what flwr-clientapp replies
+                error = Error(code=2, reason=f"{type(exc)}:<'{exc}'>")
+                replies.append(Message(error, reply_to=message))
+        return replies
+
+
+@pytest.fixture
+def task_identity():
+    """Messages made outside a Flower process need a run, node and task id (flwr internals)."""
+    before = TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = before
+
+
+def _local(clients, rounds, *extra):
+    overrides = [
+        "algorithm.name=fedper",
+        f"partition.num_clients={clients}",
+        f"federation.rounds={rounds}",
+        "federation.join_ratio=1.0",
+        "output.checkpoint_every=1",
+        *extra,
+    ]
+    return load_config(QUICKSTART, overrides)
+
+
+def _run_local(cfg, grid, run_dir=None):
+    sim = FlowerSimulation(cfg, grid, run_dir=run_dir, timeout=5)
+    sim.connect()
+    return sim.run()
+
+
+KEYS = ("accuracy", "accuracy_weighted", "loss", "train_loss", "up_bytes")
+
+
+def _equal(got, ref, keys=KEYS):
+    assert len(got.metrics) == len(ref.metrics)
+    for a, b in zip(got.metrics, ref.metrics, strict=True):
+        for key in keys:
+            if b[key] is None:
+                assert a[key] is None, (a["round"], key)
+            else:
+                assert math.isclose(a[key], b[key], rel_tol=1e-6, abs_tol=1e-9), (a["round"], key)
+
+
+def _silence_client_1(rejoin):
+    def hook(grid, message):
+        node = message.metadata.dst_node_id
+        kind, rnd = message.metadata.message_type, message.metadata.group_id
+        if kind == "train" and rnd == "1" and grid.client(message) == 1 and node not in grid.silent:
+            grid.silent.add(node)  # dies as round 1's training reaches it
+            if rejoin:
+                grid.add(1)  # a SuperNode started again with the same state-dir
+
+    return hook
+
+
+def test_silent_node_fails_its_client_and_a_new_node_rejoins(task_identity, tmp_path):
+    got = _run_local(_local(3, 3), LocalGrid(3, tmp_path, _silence_client_1(rejoin=True)))
+    ref = fedpart.run(_local(3, 3, "federation.client_failure_schedule=[[1,1]]"), write=False)
+    _equal(got, ref, (*KEYS, "down_bytes", "failed"))
+    assert [r["failed"] for r in got.metrics] == [0, 1, 0]
+    assert [r["eval_failed"] for r in got.metrics] == [0, 0, 0]
+    assert got.client_accuracy == pytest.approx(ref.client_accuracy, abs=1e-9)
+
+
+def test_silent_node_without_rejoin(task_identity, tmp_path):
+    got = _run_local(_local(3, 3), LocalGrid(3, tmp_path, _silence_client_1(rejoin=False)))
+    assert [r["failed"] for r in got.metrics] == [0, 1, 1]
+    assert [r["eval_failed"] for r in got.metrics] == [0, 1, 1]
+    assert got.client_accuracy[1] is None
+    assert all(r["accuracy"] is not None for r in got.metrics)
+    # round 1 aggregated the updates of clients 0 and 2 alone, as the engine's failed client
+    ref = fedpart.run(_local(3, 2, "federation.client_failure_schedule=[[1,1]]"), write=False)
+    assert got.metrics[1]["train_loss"] == pytest.approx(ref.metrics[1]["train_loss"], rel=1e-9)
+    assert got.metrics[1]["up_bytes"] == ref.metrics[1]["up_bytes"]
+
+
+def _stop_at_round_1_evaluation(grid, message):
+    # the nodes trained round 1 (ahead of the checkpoint of round 0) when the server stops
+    if message.metadata.message_type == "evaluate" and message.metadata.group_id == "1":
+        raise ServerStoppedError
+
+
+def _files(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("wall_seconds", None)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary.pop("wall_seconds")
+    return rows, (run_dir / "clients.json").read_text(), summary
+
+
+def test_stopped_server_resumes_from_its_checkpoint(task_identity, tmp_path):
+    cfg = _local(2, 2)
+    whole = tmp_path / "whole"
+    _run_local(cfg, LocalGrid(2, tmp_path / "whole-nodes"), run_dir=whole)
+    out = tmp_path / "stopped"
+    with pytest.raises(ServerStoppedError):
+        _run_local(cfg, LocalGrid(2, tmp_path / "nodes", _stop_at_round_1_evaluation), out)
+    assert list((tmp_path / "nodes").glob("node*/*/*/personal-1.safetensors"))
+    meta = json.loads((out / "checkpoint" / "meta.json").read_text())
+    assert meta["rounds_completed"] == 1
+    # a new Flower run: new node contexts, the same state-dirs
+    resume_on_grid(LocalGrid(2, tmp_path / "nodes"), out, timeout=5)
+    assert _files(out) == _files(whole)
+    with pytest.raises(FedpartError, match="unknown entry 'flower/"):
+        fedpart.resume(out)
+
+
+def test_resume_needs_the_nodes_state_dir(task_identity, tmp_path):
+    out = tmp_path / "stopped"
+    with pytest.raises(ServerStoppedError):
+        _run_local(_local(2, 2), LocalGrid(2, None, _stop_at_round_1_evaluation), out)
+    with pytest.raises(FedpartError, match="client 0 no longer holds its personal tensors"):
+        resume_on_grid(LocalGrid(2, None), out, timeout=5)

@@ -75,6 +75,15 @@ def _stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[0]
 
 
+def _started(pid: int) -> int | None:
+    """When a process started (clock ticks since boot): with its pid, its identity."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2 :].split()[19])
+
+
 def _tree(root: int) -> list[int]:
     """``root`` and every process below it (parents before children)."""
     parents: dict[int, list[int]] = {}
@@ -133,8 +142,6 @@ class Federation:
             f'[superlink.deploy]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
         )
         self.procs: dict[str, subprocess.Popen] = {}
-        #: every process seen under ours (for the final sweep)
-        self.seen: set[int] = set()
 
     def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
         with open(self.root / f"{name}.log", "ab") as log:
@@ -195,16 +202,43 @@ class Federation:
 
     def kill(self, pid: int) -> None:
         """SIGKILL ``pid`` and everything below it (a SuperNode with its SuperExec and the
-        ClientApp it runs; a ServerApp)."""
-        tree = _tree(pid)
-        self.seen.update(tree)
-        for p in tree:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
-        for proc in self.procs.values():
-            if proc.pid in tree:
-                proc.wait()
-        _reap(set(tree))
+        ClientApp it runs; a ServerApp), and reap them."""
+        self._end({p: _started(p) for p in _tree(pid)}, signal.SIGKILL, complete=False)
+
+    def _end(self, procs: dict[int, int | None], sig: int, complete: bool = True) -> None:
+        """Signal the processes ``procs`` (pid → start time: a pid that now names another
+        process is left alone) and wait until they are gone, reaping them (their orphans are
+        this process's children, as subreaper). Unless ``complete``, a dead process whose
+        parent (one of ours, running on) has not reaped it yet counts as gone: it is reaped
+        when that parent is stopped."""
+        me = os.getpid()
+
+        def ours(pid: int) -> bool:
+            if procs[pid] is None or _started(pid) != procs[pid]:
+                return False
+            st = _stat(pid)
+            return st is not None and (complete or st[1] != "Z" or st[0] == me)
+
+        for pid in procs:
+            if ours(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while True:
+            for proc in self.procs.values():
+                if proc.pid in procs:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=0.1)
+            _reap({p for p in procs if ours(p)})
+            left = [p for p in procs if ours(p)]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                if sig == signal.SIGKILL:
+                    raise AssertionError(f"processes left: {[(p, _cmdline(p)) for p in left]}")
+                self._end({p: procs[p] for p in left}, signal.SIGKILL, complete)
+                return
+            time.sleep(0.2)
 
     def serverapps(self) -> list[int]:
         """The ServerApp processes running now (started by the SuperLink's SuperExec)."""
@@ -246,42 +280,16 @@ class Federation:
         return run["network-traffic"]
 
     def stop(self) -> None:
-        """Stop every process started here and below (SIGTERM, then SIGKILL), and reap them."""
-        trees = [_tree(proc.pid) for proc in self.procs.values() if proc.poll() is None]
-        everything = {p for tree in trees for p in tree} | self.seen
-        for pid in everything:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_running(p) for p in everything):
-            time.sleep(0.2)
-            _reap(everything)
-        for pid in everything:
-            if _running(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        """Stop every process started here and below: SIGTERM, SIGKILL after 10 s; reaped."""
+        procs = {
+            p: _started(p)
+            for proc in self.procs.values()
+            if proc.poll() is None
+            for p in _tree(proc.pid)
+        }
+        self._end(procs, signal.SIGTERM)
         for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        # orphans adopted on the way (their parents went first) are children of this process
-        deadline = time.monotonic() + 10
-        while True:
-            mine = [
-                int(e)
-                for e in os.listdir("/proc")
-                if e.isdigit() and (st := _stat(int(e))) is not None and st[0] == os.getpid()
-            ]
-            adopted = [p for p in mine if p in everything or not _running(p)]
-            for pid in adopted:
-                if _running(pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-            _reap(set(adopted) | everything)
-            if not any(_stat(p) is not None for p in everything) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        left = [p for p in everything if _stat(p) is not None]
-        assert not left, f"processes left: {[(p, _cmdline(p)) for p in left]}"
+            proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
