@@ -23,8 +23,18 @@ from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.functional import call_method
-from fedpart.engine.hypernetwork import HyperNetwork, hypernetwork_seed, hypernetwork_step
+from fedpart.engine.hypernetwork import (
+    DECODER_INITS,
+    EMBED_INITS,
+    ENCODER_INITS,
+    SIMILARITIES,
+    HyperNetwork,
+    hn_metrics,
+    hypernetwork_seed,
+    hypernetwork_step,
+)
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
+from fedpart.engine.seeding import torch_generator
 from fedpart.engine.store import pack_clients, unpack_clients
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
@@ -39,6 +49,9 @@ from fedpart.models.width import holder_average
 
 State = dict[str, torch.Tensor]
 TEST_MODELS = ("search", "received", "trained")
+HEAD_INITS = ("default", "he")
+#: the ``algorithm`` seed stream of the global head's He initialisation
+_HEAD_STREAM = 13
 
 
 @dataclasses.dataclass
@@ -56,6 +69,39 @@ class Pa3dFLOptions:
     )
     tau: float = dataclasses.field(
         default=1.0, metadata={"doc": "initial attention temperature τ_l of every layer"}
+    )
+    embed_init: str = dataclasses.field(
+        default="unit",
+        metadata={"doc": "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal: the spec's)"},
+    )
+    encoder_init: str = dataclasses.field(
+        default="he",
+        metadata={"doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)"},
+    )
+    similarity: str = dataclasses.field(
+        default="dot",
+        metadata={"doc": "attention scores: raw dot products (dot, Eq. 9) or cosines (cosine)"},
+    )
+    centred: bool = dataclasses.field(
+        default=True,
+        metadata={"doc": "attention scores and decoder inputs from the encodings minus their mean"},
+    )
+    decoder_init: str = dataclasses.field(
+        default="model",
+        metadata={"doc": "HN decoders: biases at the model's initial tensors (model) or default"},
+    )
+    hn_max_gain: float = dataclasses.field(
+        default=1.0,
+        metadata={
+            "doc": "HN step moves θ at most this many times the clients' updates (0: no limit)"
+        },
+    )
+    hn_clip: float = dataclasses.field(
+        default=0.0, metadata={"doc": "clip the HN gradient to this global norm (0: none)"}
+    )
+    global_head_init: str = dataclasses.field(
+        default="he",
+        metadata={"doc": "frozen global head: PyTorch's default or he (N(0, 2/fan_in) weights)"},
     )
     line_search: int = dataclasses.field(
         default=10, metadata={"doc": "n of Alg. 1: α is searched on the grid 0, 1/n, ..., 1"}
@@ -90,7 +136,7 @@ class Pa3dFLOptions:
         for name in ("embed_dim", "hidden_dim", "depth", "line_search"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"algorithm.{name}", f"must be >= 1, got {getattr(self, name)}")
-        for name in ("lam", "hn_lr", "local_head_lr_scale"):
+        for name in ("lam", "hn_lr", "local_head_lr_scale", "hn_max_gain", "hn_clip"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"algorithm.{name}", f"must be >= 0, got {getattr(self, name)}")
         if self.tau <= 0:
@@ -99,6 +145,15 @@ class Pa3dFLOptions:
             raise ConfigError("algorithm.decomposition", f"must be one of {DECOMPOSITIONS}")
         if self.flanc_ranks not in RANK_RULES:
             raise ConfigError("algorithm.flanc_ranks", f"must be one of {RANK_RULES}")
+        for name, choices in (
+            ("embed_init", EMBED_INITS),
+            ("encoder_init", ENCODER_INITS),
+            ("decoder_init", DECODER_INITS),
+            ("similarity", SIMILARITIES),
+            ("global_head_init", HEAD_INITS),
+        ):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"algorithm.{name}", f"must be one of {choices}")
         if self.test_model not in TEST_MODELS:
             raise ConfigError("algorithm.test_model", f"must be one of {TEST_MODELS}")
 
@@ -230,8 +285,16 @@ class Pa3dFL(WidthSliced):
         self._test: dict[int, State] = {}  # each client's test model (Alg. 1), at its width
         self._alphas: list[float] = []
         self._hn_loss: float | None = None
+        self._hn_row: dict[str, Any] = {}  # the last hyper-network step's measurements
         layers = [k.removeprefix("general.").removesuffix("_u") for k in model.general_keys()]
         self.conv_u = tuple(f"general.{n}_u" for n in layers if model.layer_geometry(n).conv)
+        if self.options.global_head_init == "he":
+            # the frozen head's weights N(0, 2/fan_in) (He) instead of U(±1/√fan_in): logits √6×
+            # larger for the same features, so the encoder grows them less to lower L_g
+            weight = self.sim.store.global_state["head.weight"]
+            gen = torch_generator(self.sim.cfg.seed, "algorithm", _HEAD_STREAM)
+            drawn = torch.randn(weight.shape, generator=gen, dtype=weight.dtype)
+            weight.copy_((drawn * math.sqrt(2.0 / weight.shape[1])).to(weight.device))
         self.hn: HyperNetwork | None = None
         if self.options.hn_aggregation:
             o = self.options
@@ -252,7 +315,11 @@ class Pa3dFL(WidthSliced):
                     for k in keys
                 },
                 tau=o.tau,
-                init={k: init[k] for k in keys},
+                init={k: init[k] for k in keys} if o.decoder_init == "model" else None,
+                embed_init=o.embed_init,
+                encoder_init=o.encoder_init,
+                similarity=o.similarity,
+                centred=o.centred,
                 seed=hypernetwork_seed(self.sim.cfg.seed),
             ).to(self.sim.device)
 
@@ -332,7 +399,19 @@ class Pa3dFL(WidthSliced):
         if self.hn is not None:
             keys = list(self.hn.shapes)
             targets = [{k: uploads[c][k] for k in keys} for c in clients]
-            self._hn_loss = hypernetwork_step(self.hn, clients, targets, index, self.options.hn_lr)
+            o = self.options
+            step = hypernetwork_step(
+                self.hn,
+                clients,
+                targets,
+                index,
+                o.hn_lr,
+                max_grad_norm=o.hn_clip or None,
+                max_gain=o.hn_max_gain or None,
+                measure=True,
+            )
+            self._hn_loss = step.loss
+            self._hn_row = hn_metrics(self.hn, step)
 
     # ------------------------------------------------------------ evaluation
     def eval_state(self, client: int) -> State:
@@ -347,6 +426,8 @@ class Pa3dFL(WidthSliced):
         row: dict[str, Any] = {}
         if self._hn_loss is not None:
             row["hn_loss"] = self._hn_loss
+        row.update(self._hn_row)
+        self._hn_row = {}
         if self._alphas:
             row["alpha_mean"] = sum(self._alphas) / len(self._alphas)
         self._alphas = []
@@ -355,8 +436,15 @@ class Pa3dFL(WidthSliced):
     def summary_values(self) -> dict[str, Any]:
         if self.hn is None:
             return {}
-        tau = self.hn.tau.detach().tolist()
-        return {"tau": dict(zip(self.hn.layer_names, tau, strict=True))}
+        # the hyper-network at the end of the run (hn.diagnostics): τ_l, the attention's mean
+        # entropy against ln N and the spread of the generated θ_v, per layer
+        report = self.hn.diagnostics()
+        return {
+            "tau": report["tau"],
+            "attention_entropy": report["entropy"],
+            "entropy_max": report["entropy_max"],
+            "spread": report["spread"],
+        }
 
     # ------------------------------------------------------------ checkpoints
     def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -9,7 +9,14 @@ import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
-from fedpart.engine.hypernetwork import HyperNetwork, hypernetwork_seed, hypernetwork_step
+from fedpart.engine.hypernetwork import (
+    EMBED_INITS,
+    ENCODER_INITS,
+    HyperNetwork,
+    hn_metrics,
+    hypernetwork_seed,
+    hypernetwork_step,
+)
 from fedpart.errors import ConfigError
 
 State = dict[str, torch.Tensor]
@@ -23,10 +30,37 @@ class PFedHNOptions:
         default=2, metadata={"doc": "hidden layers of the encoder after its first linear layer"}
     )
     hn_lr: float = dataclasses.field(
-        default=0.1, metadata={"doc": "hyper-network learning rate (one SGD step per round)"}
+        default=1.0, metadata={"doc": "hyper-network learning rate (one SGD step per round)"}
+    )
+
+    hn_max_gain: float = dataclasses.field(
+        default=1.0,
+        metadata={
+            "doc": "HN step moves θ at most this many times the clients' updates (0: no limit)"
+        },
+    )
+    hn_clip: float = dataclasses.field(
+        default=0.0, metadata={"doc": "clip the HN gradient to this global norm (0: none)"}
+    )
+    embed_init: str = dataclasses.field(
+        default="unit", metadata={"doc": "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal)"}
+    )
+    encoder_init: str = dataclasses.field(
+        default="default",
+        metadata={"doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)"},
+    )
+    centred: bool = dataclasses.field(
+        default=False,
+        metadata={"doc": "decoders read e'_i minus its mean over all clients (bias: common)"},
     )
 
     def check(self) -> None:
+        for name, choices in (("embed_init", EMBED_INITS), ("encoder_init", ENCODER_INITS)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"algorithm.{name}", f"must be one of {choices}")
+        for name in ("hn_max_gain", "hn_clip"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"algorithm.{name}", f"must be >= 0, got {getattr(self, name)}")
         for name in ("embed_dim", "hidden_dim"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"algorithm.{name}", f"must be >= 1, got {getattr(self, name)}")
@@ -62,9 +96,13 @@ class PFedHN(Algorithm):
             depth=o.hidden_layers + 1,
             attention=False,
             init={k: state[k] for k in keys},
+            embed_init=o.embed_init,
+            encoder_init=o.encoder_init,
+            centred=o.centred,
             seed=hypernetwork_seed(self.sim.cfg.seed),
         ).to(self.sim.device)
         self._hn_loss: float | None = None
+        self._hn_row: dict[str, Any] = {}  # the last hyper-network step's measurements
 
     def personal_keys(self) -> set[str]:
         # buffers (BatchNorm statistics) are not generated: they stay on their client
@@ -79,10 +117,29 @@ class PFedHN(Algorithm):
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
         clients = sorted(uploads)
         targets = [{k: uploads[c][k] for k in self.hn.shapes} for c in clients]
-        self._hn_loss = hypernetwork_step(self.hn, clients, targets, None, self.options.hn_lr)
+        o = self.options
+        step = hypernetwork_step(
+            self.hn,
+            clients,
+            targets,
+            None,
+            o.hn_lr,
+            max_grad_norm=o.hn_clip or None,
+            max_gain=o.hn_max_gain or None,
+            measure=True,
+        )
+        self._hn_loss = step.loss
+        self._hn_row = hn_metrics(self.hn, step)
 
     def round_metrics(self) -> dict[str, Any]:
-        return {} if self._hn_loss is None else {"hn_loss": self._hn_loss}
+        row = {} if self._hn_loss is None else {"hn_loss": self._hn_loss}
+        row.update(self._hn_row)
+        self._hn_row = {}
+        return row
+
+    def summary_values(self) -> dict[str, Any]:
+        # how far apart the generated models of two clients are at the end, per tensor
+        return {"spread": self.hn.diagnostics()["spread"]}
 
     def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         tensors = {f"hn/{k}": v.detach() for k, v in self.hn.state_dict().items()}
