@@ -35,6 +35,13 @@ class FjordOptions:
     temperature: float = dataclasses.field(
         default=1.0, metadata={"doc": "softmax temperature of the distillation term (> 0)"}
     )
+    train_teacher: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "doc": "with distillation, the widest submodel also takes its CE step at every local "
+            "step (in-place distillation); false: only when its width is drawn"
+        },
+    )
 
     def check(self) -> None:
         if not 0.0 <= self.alpha <= 1.0:
@@ -85,6 +92,12 @@ def ordered_dropout_loss(
     loss = F.cross_entropy(logits, y)
     if not opts.distill or opts.alpha == 0.0:
         return loss
+    if opts.train_teacher:
+        # in-place distillation: the widest submodel learns from the labels at every step and
+        # teaches the sampled one in the same step (its logits detached in the KL term)
+        teacher = functional_call(model, state, (x,))
+        kd = distillation(logits, teacher, opts.temperature)
+        return F.cross_entropy(teacher, y) + (1.0 - opts.alpha) * loss + opts.alpha * kd
     with torch.no_grad():
         teacher = functional_call(model, state, (x,))
     kd = distillation(logits, teacher, opts.temperature)

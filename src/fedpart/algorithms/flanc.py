@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -13,10 +14,15 @@ from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
+from fedpart.engine.seeding import torch_generator
 from fedpart.errors import ConfigError
 from fedpart.models.base import BlockModel
 from fedpart.models.factorized import FactorizedCNN
 from fedpart.models.width import slice_state
+
+BASIS_INITS = ("orthonormal", "scaled")
+#: the ``algorithm`` seed stream of the orthonormal basis initialisation
+_BASIS_STREAM = 14
 
 
 @dataclasses.dataclass
@@ -26,9 +32,39 @@ class FLANCOptions:
         metadata={"doc": "λ of FLANC's orthogonality regulariser on every basis θ_u (Eq. 33)"},
     )
 
+    basis_init: str = dataclasses.field(
+        default="orthonormal",
+        metadata={
+            "doc": "θ_u starts with orthonormal columns, θ_v rescaled to keep the weight's "
+            "variance (orthonormal), or θ_u ~ N(0, 1/R2) (scaled: columns of norm √(k²R1/R2), "
+            "which the regulariser then shrinks towards 1)"
+        },
+    )
+
     def check(self) -> None:
         if self.reg < 0:
             raise ConfigError("algorithm.reg", f"must be >= 0, got {self.reg}")
+        if self.basis_init not in BASIS_INITS:
+            raise ConfigError("algorithm.basis_init", f"must be one of {BASIS_INITS}")
+
+
+@torch.no_grad()
+def orthonormal_basis(model: FactorizedCNN, generator: torch.Generator) -> None:
+    """Every layer's basis θ_u with orthonormal columns (where it has at least as many rows as
+    columns; else orthonormal rows) — the point FLANC's regulariser ``‖θ_uᵀθ_u − I‖²`` pulls
+    towards — and θ_v ~ U(±b) rescaled so that the composed weight keeps the variance of
+    torch's default initialisation, ``1/(3·fan_in)``: each weight entry is a sum over θ_u's row
+    of ``u·v``, and θ_u's rows have mean squared norm ``R2/(k²R1)`` (``min(R2, k²R1)/(k²R1)``
+    in general)."""
+    for name in [k.removeprefix("general.").removesuffix("_u") for k in model.general_keys()]:
+        geo = model.layer_geometry(name)
+        u, v = model.general[f"{name}_u"], model.personal[f"{name}_v"]
+        torch.nn.init.orthogonal_(u, generator=generator)
+        rows, cols = u.shape
+        row_sq = min(rows, cols) / rows
+        fan_in = geo.in_channels * geo.k2
+        bound = math.sqrt(1.0 / (fan_in * row_sq))
+        v.uniform_(-bound, bound, generator=generator)
 
 
 def orthogonality(keys: tuple[str, ...]) -> Any:
@@ -75,9 +111,12 @@ class FLANC(WidthSliced):
                 "model.name",
                 f"flanc decomposes pa3dfl_cnn or fedavgcnn (without norm), not {type(model).__name__}",
             ) from None
-        return FactorizedCNN(
+        flanc = FactorizedCNN(
             spec_model.num_classes, shape, decomposition="flanc", p_min=p_min, spec=spec_model.spec
         )
+        if self.options.basis_init == "orthonormal":
+            orthonormal_basis(flanc, torch_generator(self.sim.cfg.seed, "algorithm", _BASIS_STREAM))
+        return flanc
 
     def setup(self) -> None:
         super().setup()
