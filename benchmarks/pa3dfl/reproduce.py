@@ -132,8 +132,36 @@ def run_name(stem: str, setting: str, seed: int) -> str:
     return f"{stem}-{setting}-seed{seed}"
 
 
+#: the behaviour every recorded run of these configs was made with, from before issue 22 changed
+#: the defaults (docs/methods/pa3dfl.md, fjord.md, pfedhn.md, flanc.md): pinned, so that each
+#: recorded run reruns (and a checkpoint of one resumes) as it was made
+PRE_ISSUE_22 = {
+    "pa3dfl": (
+        "algorithm.encoder_init=default",
+        "algorithm.centred=false",
+        "algorithm.global_head_init=default",
+        "algorithm.hn_max_gain=0",
+    ),
+    "fjord": ("algorithm.train_teacher=false",),
+    "pfedhn": ("algorithm.hn_lr=0.1", "algorithm.hn_max_gain=0"),
+    "flanc": ("algorithm.basis_init=scaled",),
+}
+
+
 def experiments() -> dict[str, list[Run]]:
-    """experiment -> [(run name, config, overrides)]."""
+    """experiment -> [(run name, config, overrides)]: every run with its config's
+    :data:`PRE_ISSUE_22` pins first."""
+    return {
+        experiment: [
+            (name, config, (*PRE_ISSUE_22.get(config, ()), *overrides))
+            for name, config, overrides in runs
+        ]
+        for experiment, runs in _experiments().items()
+    }
+
+
+def _experiments() -> dict[str, list[Run]]:
+    """experiment -> [(run name, config, overrides)], as recorded."""
     # in the order they run: Table 1 Hetero. and what its ordering needs first, Ideal last
     out: dict[str, list[Run]] = {
         "hetero": [],
@@ -201,6 +229,12 @@ def record(name: str, summary: dict, run_dir: Path) -> None:
         "wall_seconds",
         "alpha_mean",
         "hn_loss",
+        "hn_gain",
+        "hn_gain_personal",
+        "hn_entropy",
+        "hn_entropy_max",
+        "hn_tau",
+        "hn_spread",
     )
     per_round = [{k: r[k] for k in keep if k in r} for r in rows if "stage" not in r]
     clients = json.loads((run_dir / "clients.json").read_text())
