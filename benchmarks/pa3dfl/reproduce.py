@@ -101,6 +101,37 @@ BUDGET = {
     "pa3dfl-headlr0.01-e5": ("Pa3dFL, local-head step ×0.01", "pa3dfl", HEAD_LR),
 }
 BUDGET_OVERRIDES = ("federation.local_epochs=5",)
+#: issue 22's study at the paper's 5 local epochs, with the methods as they are now (no
+#: PRE_ISSUE_22 pins): run stem -> (label, config, overrides). Runs are named
+#: ``<stem>-e5now-hetero-seed<s>``; HeteroFL without its Scaler did not change in issue 22, so its
+#: recorded 5-epoch seed-0 run (``heterofl-noscaler-e5``) is seed 0 here.
+E5_THREE_SEEDS = {
+    "pa3dfl": ("Pa3dFL", "pa3dfl", ()),
+    "fedavg": ("FedAvg", "fedavg", ()),
+    "heterofl-noscaler": ("HeteroFL, no Scaler", "heterofl", ("algorithm.scaler=false",)),
+    "fjord": ("Fjord", "fjord", ()),
+    "fedrolex": ("FedRolex", "fedrolex", ()),
+}
+E5_TWO_SEEDS = {
+    "pa3dfl-nohn": ("w.o. HN-based Agg.", "pa3dfl", ("algorithm.hn_aggregation=false",)),
+    "pa3dfl-flanceq5": (
+        "FLANC decomposition (Eq. 5 ranks)",
+        "pa3dfl",
+        ("algorithm.decomposition=flanc", "algorithm.flanc_ranks=eq5"),
+    ),
+}
+E5_ONE_SEED = ("ditto", "pfedhn", "flanc", "local", "lgfedavg", "tailorfl", "pfedgate")
+#: experiments made after issue 22: their runs get no PRE_ISSUE_22 pins
+POST_ISSUE_22 = ("e5",)
+
+
+def e5_name(stem: str, seed: int) -> str:
+    """The record name of an ``e5`` run (HeteroFL's seed 0 is the earlier 5-epoch record)."""
+    if stem == "heterofl-noscaler" and seed == 0:
+        return run_name("heterofl-noscaler-e5", "hetero", 0)
+    return run_name(f"{stem}-e5now", "hetero", seed)
+
+
 #: the runs continued to more rounds (same protocol otherwise): stem -> config
 LONGER = {"pa3dfl": "pa3dfl", "pa3dfl-flanc": "pa3dfl", "heterofl-noscaler": "heterofl"}
 LONGER_ROUNDS = 300
@@ -153,7 +184,13 @@ def experiments() -> dict[str, list[Run]]:
     :data:`PRE_ISSUE_22` pins first."""
     return {
         experiment: [
-            (name, config, (*PRE_ISSUE_22.get(config, ()), *overrides))
+            (
+                name,
+                config,
+                overrides
+                if experiment in POST_ISSUE_22
+                else (*PRE_ISSUE_22.get(config, ()), *overrides),
+            )
             for name, config, overrides in runs
         ]
         for experiment, runs in _experiments().items()
@@ -172,7 +209,24 @@ def _experiments() -> dict[str, list[Run]]:
         "longer": [],
         "ideal": [],
         "budget": [],
+        "e5": [],
     }
+    # issue 22: Pa3dFL's three seeds first, then the baselines it is checked against, the
+    # ablations, the rest of Table 1
+    for seed in (0, 1, 2):
+        for stem, (_, config, overrides) in E5_THREE_SEEDS.items():
+            if (stem, seed) == ("heterofl-noscaler", 0):
+                continue  # recorded in "budget"
+            out["e5"].append(
+                (e5_name(stem, seed), config, (*overrides, *BUDGET_OVERRIDES, f"seed={seed}"))
+            )
+        if seed < 2:
+            for stem, (_, config, overrides) in E5_TWO_SEEDS.items():
+                out["e5"].append(
+                    (e5_name(stem, seed), config, (*overrides, *BUDGET_OVERRIDES, f"seed={seed}"))
+                )
+    for config in E5_ONE_SEED:
+        out["e5"].append((e5_name(config, 0), config, (*BUDGET_OVERRIDES, "seed=0")))
     # the methods of the acceptance ordering first, so they are recorded first
     first = ("pa3dfl", "fjord", "heterofl", "fedrolex", "flanc", "fedavg")
     configs = [c for c, _, _ in TABLE1.values()]
