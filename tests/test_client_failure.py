@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -224,3 +225,47 @@ def test_late_updates_with_method_signals_resume(tmp_path, monkeypatch):
     checkpointed with them."""
     cfg = base("fedcmd", tmp_path, client_failure=0.4, client_failure_mode="straggle")
     assert_resume_identical(cfg, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", DECENTRALIZED)
+def test_skip_client_in_a_decentralized_round(name, tmp_path, monkeypatch):
+    """A decentralized client whose loss goes non-finite is skipped, not the run: it keeps its
+    model (a method that mixes after training: the one it ended the previous round with) and
+    takes no part in the round's exchange; the others go on."""
+    local_update = Algorithm.local_update
+    reference = fedpart.run(base(name, tmp_path / "one", rounds=1), write=False)
+    cls = ALGORITHMS[name]
+
+    def diverging(self, rnd, client):
+        if (rnd, client) == (1, 3):
+            raise TrainingError(f"training diverged: non-finite loss at round {rnd} on client 3")
+        return local_update(self, rnd, client)
+
+    monkeypatch.setattr(cls, "local_update", diverging)
+    cfg = base(name, tmp_path / "two", rounds=2, on_nonfinite="skip_client")
+    res = fedpart.run(cfg, write=False)
+    assert [r["skipped_nonfinite"] for r in res.metrics] == [0, 1]
+    assert_finite(res.metrics)
+    if not cls.mix_first:
+        before = reference.simulation.store.client_state(3)
+        after = res.simulation.store.client_state(3)
+        assert before.keys() == after.keys()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+    # with stop (the default) the same failure ends the run, naming client and round
+    monkeypatch.setattr(cls, "local_update", diverging)
+    with pytest.raises(TrainingError, match="round 1 on client 3"):
+        fedpart.run(base(name, tmp_path / "three", rounds=2), write=False)
+
+
+def test_an_isolated_client_neither_sends_nor_receives():
+    from fedpart.topology.graphs import Topology
+
+    graph = Topology("exponential", 8, 3, seed=0).graph(0)
+    cut = graph.isolated([2, 5])
+    assert not cut.adj[[2, 5], :].any() and not cut.adj[:, [2, 5]].any()
+    keep = [i for i in range(8) if i not in (2, 5)]
+    assert (cut.adj[np.ix_(keep, keep)] == graph.adj[np.ix_(keep, keep)]).all()
+    for kind in ("uniform", "push"):
+        w = cut.weights(kind)
+        assert w[2, 2] == 1 and w[5, 5] == 1  # their models are left as they were
+    assert graph.isolated([]) is graph

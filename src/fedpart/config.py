@@ -98,7 +98,9 @@ class FederationConfig:
     nobody returns keeps the model) or ``straggle`` (the client trains and sends, but its update
     arrives one round late and joins the next round's aggregation unless the client sends a
     fresh one then). ``on_nonfinite``: ``stop`` ends the run at a non-finite training loss,
-    ``skip_client`` discards that client's update and goes on (counted in ``metrics.jsonl``).
+    ``skip_client`` discards that client's update and goes on (counted in ``metrics.jsonl``);
+    in a decentralized round the discarded client keeps its previous model and neither sends
+    nor receives that round (a method that mixes before training has sent already).
 
     Capacity heterogeneity (``docs/capacity.md``): ``capacity`` is the profile of the clients'
     capacities ``r_i`` (``ideal``: all 1; ``uniform``: the grid 1 %–100 % in a seeded client

@@ -681,9 +681,12 @@ class Simulation:
         self.exchange = Exchange(self.data.num_clients)
         if algo.mix_first:
             algo.communicate(rnd, graph)
-        _, stats = self.train_clients(rnd, list(range(self.data.num_clients)))
+        clients = list(range(self.data.num_clients))
+        results, stats = self.train_clients(rnd, clients)
         if not algo.mix_first:
-            algo.communicate(rnd, graph)
+            # under on_nonfinite=skip_client a discarded client keeps its previous model and
+            # takes no part in this round's exchange (a method that mixes first has already sent)
+            algo.communicate(rnd, graph.isolated([c for c in clients if c not in results]))
         return {**stats, **self.exchange.row()}
 
     # ------------------------------------------------------------ evaluation

@@ -62,6 +62,16 @@ class Graph:
         """Directed edges ``(sender, receiver)``, self-loops excluded."""
         return [(int(i), int(j)) for i, j in zip(*np.nonzero(self.adj), strict=True)]
 
+    def isolated(self, clients: list[int]) -> Graph:
+        """This graph with ``clients`` cut off for the round: they neither send nor receive (a
+        client whose update was discarded keeps its previous model and sends nothing)."""
+        if not clients:
+            return self
+        adj = self.adj.copy()
+        adj[clients, :] = False
+        adj[:, clients] = False
+        return Graph(adj)
+
     def weights(self, kind: str, sizes: np.ndarray | None = None) -> torch.Tensor:
         """The mixing matrix ``W`` (float64, ``W[receiver, sender]``) of the named kind."""
         m = self.num_clients
