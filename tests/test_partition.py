@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from fedpart.data.partition import (
     PARTITIONS,
@@ -205,3 +206,28 @@ def test_skew_bounds():
     assert skew(np.array([[5, 5], [5, 5]])) == 0.0
     assert skew(np.array([[10, 0], [0, 10]])) == pytest.approx(0.5)
     assert skew(np.zeros((3, 4))) == 0.0
+
+
+def test_pool_size_partitions_a_seeded_subset(tmp_path):
+    from fedpart.config import Config
+    from fedpart.data.sources import load_dataset
+    from fedpart.engine.data import build_federated_data
+    from fedpart.errors import ConfigError
+
+    def data(**partition):
+        cfg = Config.from_dict(
+            {"dataset": {"name": "digits"}, "partition": {"num_clients": 4, **partition}}
+        )
+        return build_federated_data(cfg, load_dataset("digits"))
+
+    def used(d):
+        return torch.cat([torch.cat([c.train, c.val, c.test]) for c in d.clients])
+
+    full, sub, again = data(), data(pool_size=600), data(pool_size=600)
+    assert used(full).numel() == 1797 and used(sub).numel() == 600
+    assert torch.equal(used(sub), used(again))  # the same seed draws the same subset
+    assert len(set(used(sub).tolist())) == 600  # each sample at most once
+    with pytest.raises(ConfigError, match="partition.pool_size"):
+        data(pool_size=5000)
+    with pytest.raises(ConfigError, match="partition.pool_size"):
+        data(pool_size=-1)

@@ -51,7 +51,9 @@ class PartitionConfig:
     ``split`` holds the per-client (train, validation, test) fractions, stratified by label.
     ``test_source``: ``split`` takes each client's test set from its own samples by ``split``;
     ``official`` draws it from the official test split with the client's label distribution
-    (needs ``dataset.merge_test=false``).
+    (needs ``dataset.merge_test=false``). ``pool_size``: partition a seeded random subset of
+    that many samples of the pool instead of all of it (0: all) — fewer samples per client
+    without changing the number of clients, e.g. to keep an easy dataset from saturating.
     """
 
     kind: str = "dirichlet"
@@ -62,6 +64,7 @@ class PartitionConfig:
     classes_per_client: int = 2
     split: list[float] = field(default_factory=lambda: [0.75, 0.0, 0.25])
     test_source: str = "split"
+    pool_size: int = 0
 
 
 @dataclass
@@ -494,6 +497,7 @@ def validate(cfg: Config) -> None:
     _range("partition.num_clients", p.num_clients, 1)
     _range("partition.alpha", p.alpha, 0.0, lo_open=True)
     _range("partition.min_size", p.min_size, 0)
+    _range("partition.pool_size", p.pool_size, 0)
     _range("partition.shards_per_client", p.shards_per_client, 1)
     _range("partition.classes_per_client", p.classes_per_client, 1)
     if len(p.split) != 3 or any(f < 0 for f in p.split) or abs(sum(p.split) - 1.0) > 1e-6:

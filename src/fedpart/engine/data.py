@@ -12,6 +12,7 @@ from fedpart.data.partition import assign_test_like_train, partition, split_clie
 from fedpart.data.sources import DatasetBundle
 from fedpart.data.transforms import prepare_batch
 from fedpart.engine.seeding import numpy_rng
+from fedpart.errors import ConfigError
 
 
 @dataclass
@@ -111,6 +112,13 @@ def build_federated_data(cfg: Config, bundle: DatasetBundle) -> FederatedData:
     labels = y.numpy()
     merge = cfg.dataset.merge_test or not has_test
     pool = np.arange(len(labels)) if merge else np.arange(n_train)
+    if p.pool_size:
+        if p.pool_size > len(pool):
+            raise ConfigError(
+                "partition.pool_size",
+                f"the pool holds {len(pool)} samples, fewer than the {p.pool_size} asked for",
+            )
+        pool = np.sort(numpy_rng(cfg.seed, "pool").choice(pool, p.pool_size, replace=False))
     opts = dict(
         alpha=p.alpha,
         min_size=p.min_size,

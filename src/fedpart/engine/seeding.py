@@ -21,6 +21,7 @@ PURPOSES = {
     "topology": 8,
     "capacity": 10,
     "client_failure": 9,
+    "pool": 11,
 }
 
 
