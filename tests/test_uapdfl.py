@@ -247,6 +247,19 @@ def test_aux_term_is_eq12_on_g_only_towards_the_stale_mean():
     assert model.training  # the eval-mode forward of X_unit restored the mode
 
 
+def test_round_metrics_count_dropouts_similar_peers_and_div_percentiles():
+    sim, graph = distinct_sim(threshold=0.1)
+    set_units(sim, [A, A, B, B])  # Div(0, 1) = 0 < th_I; Div(0, 2) = Div(0, 3) > th_I
+    run_comm(sim, graph)
+    divs = sim.algorithm.decisions[0].divs
+    row = sim.algorithm.round_metrics()
+    assert row["dropout_clients"] == 0
+    assert row["similar_neighbors_mean"] == 1 / 4  # client 0 shares h with 1; 1-3 have no queue
+    assert row["div_p50"] == sorted(divs)[1] > 0.1
+    assert row["div_p10"] == pytest.approx(0.2 * sorted(divs)[1])  # between 0 and the median
+    assert row["div_p90"] == pytest.approx(sorted(divs)[1] + 0.8 * (max(divs) - sorted(divs)[1]))
+
+
 def test_link_failures_run_without_nan():
     cfg = cfg_dict(rounds=3, num_clients=6)
     cfg["topology"] = {"neighbors": 2, "drop_prob": 0.3}

@@ -68,6 +68,16 @@ class Decision:
     head_from: list[int]  # neighbours whose h was averaged in (empty under dropout)
 
 
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile of sorted ``values`` (linear interpolation; None when empty)."""
+    if not values:
+        return None
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return float(values[lo] + (values[hi] - values[lo]) * (pos - lo))
+
+
 @register
 class UAPDFL(Decentralized):
     """Unit-representation divergence decides: copy one peer, share g and h, or share g only."""
@@ -217,11 +227,14 @@ class UAPDFL(Decentralized):
         if not made:
             return {}
         kept = [d for d in made if d.copied_from is None]
+        divs = sorted(v for d in made for v in d.divs)
         return {
             "dropout_clients": sum(d.copied_from is not None for d in made),
             "similar_neighbors_mean": (
                 sum(len(d.head_from) for d in kept) / len(kept) if kept else None
             ),
+            # the round's Div(i, j) over every client i and j in Q_i: 10th, 50th, 90th percentile
+            **{f"div_p{q}": _quantile(divs, q / 100) for q in (10, 50, 90)},
         }
 
     @staticmethod
