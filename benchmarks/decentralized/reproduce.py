@@ -1,218 +1,373 @@
-"""CPU-scale reproductions of the two decentralized seed papers on Fashion-MNIST.
+"""The two decentralized seed papers' comparisons at CPU scale, three seeds, recorded run by run.
 
-    python benchmarks/decentralized/reproduce.py dfedpgp --jobs 2
-    python benchmarks/decentralized/reproduce.py uapdfl --rounds 20 --jobs 2
+    python benchmarks/decentralized/choose_setting.py uapdfl          # 1. the pool size (criterion)
+    python benchmarks/decentralized/calibrate_uapdfl.py               # 2. UA-PDFL's th_I and μ
+    python benchmarks/decentralized/reproduce.py --only uapdfl,uapdfl-ablation --jobs 2
+    python benchmarks/decentralized/choose_setting.py dfedpgp
+    python benchmarks/decentralized/reproduce.py --only dfedpgp --jobs 2
+    python benchmarks/decentralized/reproduce.py --report             # every table, from records
+    python benchmarks/decentralized/reproduce.py --report --docs      # ... into the results pages
 
-``dfedpgp``: the DFedPGP comparison (its Table 1 methods that fedpart provides) on Fashion-MNIST,
-100 clients, Dir(0.3) and pathological 2 classes per client, 10 neighbours, the quarter-width
-FedAvg CNN (configs/decentralized/dfedavgm.yaml is the base), plus the Table 4 ablation
-(DFedAvgM, DFedAvgM-P, OSGP, DFedPGP). Centralized baselines sample 10 of 100 clients per round.
+``uapdfl`` (docs/results/uapdfl.md): UA-PDFL's Tables 1–2 methods that fedpart provides on
+Fashion-MNIST, 30 clients, Dirichlet β = 0.5 and 5, the quarter-width 2-conv/2-FC CNN
+(``configs/decentralized/dfedavg.yaml`` is the base), the pool size chosen by
+``choose_setting.py``, the paper's 150 rounds with its step decay (×0.95 a round), N_com = 5;
+DFedAvgM with twice the local epochs and half the rounds, as in the paper; UA-PDFL with th_I and
+μ from ``calibrate_uapdfl.py``. ``uapdfl-ablation``: the paper's Fig. 13 (without layer-wise
+personalization, without client-wise dropout, without both) at both β.
 
-``uapdfl``: the UA-PDFL comparison (its Table 1/2 methods that fedpart provides) on
-Fashion-MNIST, 30 clients, Dirichlet beta 0.5 and 5, N_com = 5, the quarter-width 2-conv/2-FC CNN
-(configs/decentralized/dfedavg.yaml is the base), and the N_com sweep {1, 5, 15, 29} of UA-PDFL.
-DFedAvgM gets twice the local epochs and half the rounds, as in the paper.
+``dfedpgp`` (docs/results/dfedpgp.md): DFedPGP's Table 1 methods that fedpart provides and its
+Table 4 ablation (DFedAvgM, DFedAvgM-P, OSGP, DFedPGP) on Fashion-MNIST, 100 clients, Dir(0.3)
+and pathological 2 classes per client, the quarter-width FedAvg CNN
+(``configs/decentralized/dfedavgm.yaml`` is the base), the pool size chosen by
+``choose_setting.py``, 100 rounds with the paper's decay (×0.99), the paper's local compute
+(K_u = 5 epochs for every method; DFedPGP and DFedAvgM-P add their K_v = 1 head epoch) and its
+step per sample (lr 0.1 at batch 128 → 0.025 at batch 32); OSGP also on the one-peer
+exponential graph it was published with. Centralized baselines sample 10 of 100 clients a round.
 
-Runs are written under benchmarks/decentralized/runs/ (finished runs are skipped, interrupted
-ones resume). The script prints markdown tables: final and best personalized accuracy (mean over
-clients), communication per client per round, wall time, and the papers' own numbers.
+Seeds 0, 1, 2 (seed 0 of every run first). Runs are resumable (``benchmarks/runner.py``; two at a
+time, one torch thread each) and each finished run leaves a record in
+``benchmarks/decentralized/results/<run>.json`` (summary and per-round metrics), committed, so
+the tables are rebuilt from the records by ``--report``; a run that diverges leaves a record
+saying so.
 """
 
 from __future__ import annotations
 
-import argparse
-import re
+import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runner import DATA_ROOT, ROOT, Job, failed, pct, run_jobs  # noqa: E402
+from choose_setting import CONFIGS, RECORDS, chosen_pool  # noqa: E402
+from runner import Job, reproduction_parser, run_missing, selected_runs  # noqa: E402
 
-from fedpart.algorithms import ALGORITHMS  # noqa: E402
-
-CONFIGS = ROOT / "configs" / "decentralized"
-
-# ---------------------------------------------------------------------------- DFedPGP study
-# label -> (algorithm, extra overrides, paper CIFAR-10 Dir-0.3, paper CIFAR-10 Pat-2) (Table 1)
-DFEDPGP_METHODS = {
-    "Local": ("local", [], 63.20, 85.16),
-    "FedAvg": ("fedavg", [], 79.66, 85.04),
-    "FedPer": ("fedper", [], 84.06, 90.94),
-    "FedRep": ("fedrep", [], 84.50, 91.09),
-    "FedBABU": ("fedbabu", [], 83.26, 91.28),
-    "Ditto": ("ditto", [], 73.51, 84.96),
-    "DFedAvgM": ("dfedavgm", [], 82.49, 90.23),
-    "DFedAvgM-P": ("dfedavgmp", [], 84.69, 90.90),  # Table 4
-    "OSGP": ("osgp", [], 83.14, 90.72),
-    # lr / μ_i can be 2-3x the base lr on a random k-out graph; at lr 0.05 with momentum 0.9
-    # OSGP's full-model push-sum diverges on this protocol, so it is also run at lr 0.02.
-    "OSGP (lr 0.02)": ("osgp", ["federation.lr=0.02"], 83.14, 90.72),
-    "Dis-PFL": ("dispfl", [], 82.71, 88.19),
-    "Dis-PFL (lr 0.02)": ("dispfl", ["federation.lr=0.02"], 82.71, 88.19),
-    "DFedPGP": ("dfedpgp", [], 85.61, 91.26),
-}
-DFEDPGP_PARTITIONS = {
-    "Dir-0.3": ["partition.kind=dirichlet", "partition.alpha=0.3"],
-    "Pat-2": ["partition.kind=classes", "partition.classes_per_client=2"],
-}
+HERE = Path(__file__).resolve().parent
+SEEDS = (0, 1, 2)
+#: the engine's fastest exact configuration on this CPU (new runs)
+FAST = ("engine.conv_layout=auto", "engine.cache_features=true")
 
 # ----------------------------------------------------------------------------- UA-PDFL study
-# label -> (algorithm, extra overrides, paper CNN/CIFAR-10 beta=0.5, beta=5) (Tables 1 and 2)
+UAPDFL_ROUNDS = 150
+# stem -> (label, overrides, paper CNN/CIFAR-10 β = 0.5, β = 5) (Tables 1 and 2)
 UAPDFL_METHODS = {
-    "Local": ("local", [], 65.06, 49.13),
-    "FedAvg": ("dfedavg", [], 67.16, 69.38),
-    "FedPer": ("dfedper", [], 74.67, 61.85),
-    "DisPFL": ("dispfl", [], 73.57, 65.93),
-    "DFedAvgM": ("dfedavgm", ["double_epochs_half_rounds"], 69.11, 69.57),
-    "UA-PDFL": ("uapdfl", [], 74.85, 71.34),
+    "local": ("Local", ("algorithm.name=local",), 65.06, 49.13),
+    "dfedavg": ("FedAvg", ("algorithm.name=dfedavg",), 67.16, 69.38),
+    "dfedper": ("FedPer", ("algorithm.name=dfedper",), 74.67, 61.85),
+    "dispfl": ("DisPFL", ("algorithm.name=dispfl",), 73.57, 65.93),
+    "dfedavgm": (
+        "DFedAvgM (2 epochs, half the rounds)",
+        (
+            "algorithm.name=dfedavgm",
+            "federation.local_epochs=2",
+            f"federation.rounds={UAPDFL_ROUNDS // 2}",
+        ),
+        69.11,
+        69.57,
+    ),
+    "uapdfl": ("UA-PDFL", ("algorithm.name=uapdfl",), 74.85, 71.34),
 }
-UAPDFL_PARTITIONS = {"beta=0.5": ["partition.alpha=0.5"], "beta=5": ["partition.alpha=5"]}
-# N_com sweep of UA-PDFL at beta = 0.5 and 5 (Tables 3 and 4, CNN/CIFAR-10)
-NCOM_PAPER = {
-    "beta=0.5": {1: 72.21, 5: 74.85, 15: 73.51, 29: 73.04},
-    "beta=5": {1: 71.87, 5: 71.34, 15: 71.35, 29: 71.49},
+# Fig. 13's ablation: stem -> (label, overrides)
+UAPDFL_ABLATION = {
+    "uapdfl-nolp": ("without layer-wise personalization", ("algorithm.layerwise=false",)),
+    "uapdfl-nocd": ("without client-wise dropout", ("algorithm.dropout=false",)),
+    "uapdfl-noboth": (
+        "without both",
+        ("algorithm.layerwise=false", "algorithm.dropout=false"),
+    ),
+}
+UAPDFL_PARTITIONS = {"beta0.5": ("partition.alpha=0.5",), "beta5": ("partition.alpha=5",)}
+
+# ----------------------------------------------------------------------------- DFedPGP study
+DFEDPGP_ROUNDS = 100
+# stem -> (label, overrides, paper CIFAR-10 Dir-0.3, Pat-2) (Table 1; DFedAvgM-P: Table 4)
+DFEDPGP_METHODS = {
+    "local": ("Local", ("algorithm.name=local",), 63.20, 85.16),
+    "fedavg": ("FedAvg", ("algorithm.name=fedavg",), 79.66, 85.04),
+    "fedper": ("FedPer", ("algorithm.name=fedper",), 84.06, 90.94),
+    "fedrep": ("FedRep", ("algorithm.name=fedrep",), 84.50, 91.09),
+    "fedbabu": ("FedBABU", ("algorithm.name=fedbabu",), 83.26, 91.28),
+    "ditto": ("Ditto", ("algorithm.name=ditto",), 73.51, 84.96),
+    "dfedavgm": ("DFedAvgM", ("algorithm.name=dfedavgm",), 82.49, 90.23),
+    "dfedavgmp": ("DFedAvgM-P", ("algorithm.name=dfedavgmp",), 84.69, 90.90),
+    "osgp": ("OSGP (random 10-out)", ("algorithm.name=osgp",), 83.14, 90.72),
+    "osgp-exp": (
+        "OSGP (one-peer exponential)",
+        ("algorithm.name=osgp", "topology.name=exponential", "topology.time_varying=true"),
+        83.14,
+        90.72,
+    ),
+    "dispfl": ("Dis-PFL", ("algorithm.name=dispfl",), 82.71, 88.19),
+    "dfedpgp": ("DFedPGP", ("algorithm.name=dfedpgp",), 85.61, 91.26),
+}
+DFEDPGP_PARTITIONS = {
+    "dir0.3": ("partition.kind=dirichlet", "partition.alpha=0.3"),
+    "pat2": ("partition.kind=classes", "partition.classes_per_client=2"),
+}
+PARTITION_LABELS = {"beta0.5": "β = 0.5", "beta5": "β = 5", "dir0.3": "Dir-0.3", "pat2": "Pat-2"}
+
+Run = tuple[str, Path, tuple[str, ...]]  # (run name, config, overrides)
+
+
+def run_name(study: str, part: str, stem: str, seed: int) -> str:
+    return f"{study}-{part}-{stem}-seed{seed}"
+
+
+def _uapdfl_runs(stems: dict[str, tuple]) -> list[Run]:
+    from calibrate_uapdfl import calibrated
+
+    cal = calibrated()
+    common = (
+        f"partition.pool_size={chosen_pool('uapdfl')}",
+        f"federation.rounds={UAPDFL_ROUNDS}",
+        f"algorithm.threshold={cal['threshold']!r}",
+        f"algorithm.mu={cal['mu']!r}",
+    )
+    runs: list[Run] = []
+    for seed in SEEDS:
+        for part, part_over in UAPDFL_PARTITIONS.items():
+            for stem, (_, overrides, *_) in stems.items():
+                if stem.startswith("uapdfl-"):
+                    overrides = ("algorithm.name=uapdfl", *overrides)
+                # UA-PDFL's options are only given to UA-PDFL runs
+                opts = common if "algorithm.name=uapdfl" in overrides else common[:2]
+                runs.append(
+                    (
+                        run_name("uapdfl", part, stem, seed),
+                        CONFIGS / "dfedavg.yaml",
+                        (*opts, *part_over, *overrides, f"seed={seed}"),
+                    )
+                )
+    return runs
+
+
+def _dfedpgp_runs() -> list[Run]:
+    common = (
+        f"partition.pool_size={chosen_pool('dfedpgp')}",
+        f"federation.rounds={DFEDPGP_ROUNDS}",
+        "federation.local_epochs=5",
+        "federation.lr=0.025",
+    )
+    return [
+        (
+            run_name("dfedpgp", part, stem, seed),
+            CONFIGS / "dfedavgm.yaml",
+            (*common, *part_over, *overrides, f"seed={seed}"),
+        )
+        for seed in SEEDS
+        for part, part_over in DFEDPGP_PARTITIONS.items()
+        for stem, (_, overrides, *_) in DFEDPGP_METHODS.items()
+    ]
+
+
+#: experiment -> how to list its runs (built only when the experiment runs: the studies read
+#: their setting from the pilot and calibration records)
+EXPERIMENTS = {
+    "uapdfl": lambda: _uapdfl_runs(UAPDFL_METHODS),
+    "uapdfl-ablation": lambda: _uapdfl_runs(UAPDFL_ABLATION),
+    "dfedpgp": _dfedpgp_runs,
 }
 
+KEEP = (
+    "round",
+    "accuracy",
+    "train_loss",
+    "up_bytes",
+    "down_bytes",
+    "messages",
+    "skipped_nonfinite",
+    "dropout_clients",
+    "similar_neighbors_mean",
+    "div_p10",
+    "div_p50",
+    "div_p90",
+    "wall_seconds",
+)
 
-def mb_per_client_round(summary: dict) -> float:
-    comm = summary["communication"]
-    rounds = max(1, summary["rounds_completed"])
-    return (comm["up_bytes"] + comm["down_bytes"]) / 2 / summary["num_clients"] / rounds / 1e6
+
+def record(name: str, summary: dict, run_dir: Path) -> None:
+    """Keep what the tables need from a finished run (the run directory itself is not kept)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    per_round = [{k: r[k] for k in KEEP if k in r} for r in rows if "stage" not in r]
+    RECORDS.mkdir(exist_ok=True)
+    text = json.dumps({"run": name, "summary": summary, "rounds": per_round}, indent=1)
+    (RECORDS / f"{name}.json").write_text(text + "\n")
 
 
-def expand(overrides: list[str], rounds: int, local_epochs: int) -> list[str]:
-    out = []
-    for o in overrides:
-        if o == "double_epochs_half_rounds":
-            out += [
-                f"federation.local_epochs={2 * local_epochs}",
-                f"federation.rounds={rounds // 2}",
+def record_failure(name: str, reason: str) -> None:
+    """A run that diverged leaves a record saying so (it is not retried)."""
+    RECORDS.mkdir(exist_ok=True)
+    (RECORDS / f"{name}.json").write_text(json.dumps({"run": name, "failed": reason}) + "\n")
+
+
+def load(name: str) -> dict | None:
+    path = RECORDS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ------------------------------------------------------------------------------------ report
+def _stat(values: list[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.2f} (1)"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)})"
+
+
+def _mb(rec: dict) -> float:
+    s = rec["summary"]
+    comm = s["communication"]
+    rounds = max(1, s["rounds_completed"])
+    return (comm["up_bytes"] + comm["down_bytes"]) / 2 / s["num_clients"] / rounds / 1e6
+
+
+def _rows(study: str, part: str, stems: dict[str, tuple], paper_col: int | None) -> list[str]:
+    head = (
+        "| method | final, mean ± std (seeds) | best | seed 0 | seed 1 | seed 2 | MB/client/round |"
+    )
+    lines = [head + (" paper |" if paper_col is not None else ""), ""]
+    lines[1] = "|" + " --- |" * (lines[0].count("|") - 1)
+    for stem, (label, *rest) in stems.items():
+        recs = [load(run_name(study, part, stem, s)) for s in SEEDS]
+        done = [r for r in recs if r is not None and "failed" not in r]
+        finals = [100 * r["summary"]["accuracy"]["final"] for r in done]
+        bests = [100 * r["summary"]["accuracy"]["best"] for r in done]
+        seeds = []
+        for r in recs:
+            if r is None:
+                seeds.append("—")
+            elif "failed" in r:
+                seeds.append("diverged")
+            else:
+                seeds.append(f"{100 * r['summary']['accuracy']['final']:.2f}")
+        mb = f"{statistics.mean(_mb(r) for r in done):.3f}" if done else "—"
+        row = f"| {label} | {_stat(finals)} | {_stat(bests)} | {' | '.join(seeds)} | {mb} |"
+        if paper_col is not None:
+            row += f" {rest[1 + paper_col]:.2f} |"
+        lines.append(row)
+    return lines
+
+
+def _dropouts(part: str, stems: dict[str, tuple]) -> list[str]:
+    """UA-PDFL's client-wise dropouts and similar peers, per run."""
+    marks = (1, 2, 5, 10, 20, 30, 50, 75, 100, 125, 149)
+    lines = [
+        "| run | dropouts (of 30) at rounds " + ", ".join(map(str, marks)) + " | mean dropouts, "
+        "rounds 30–149 | mean similar peers (of 5), rounds 30–149 | Div median, rounds 30–149 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for stem, (label, *_) in stems.items():
+        if not stem.startswith("uapdfl"):
+            continue
+        for seed in SEEDS:
+            rec = load(run_name("uapdfl", part, stem, seed))
+            if rec is None or "failed" in rec:
+                continue
+            by_round = {r["round"]: r for r in rec["rounds"]}
+            at = [str(by_round.get(m, {}).get("dropout_clients", "—")) for m in marks]
+            late = [r for r in rec["rounds"] if r["round"] >= 30]
+            drop = [r["dropout_clients"] for r in late if "dropout_clients" in r]
+            sim = [r["similar_neighbors_mean"] for r in late if r.get("similar_neighbors_mean")]
+            med = [r["div_p50"] for r in late if r.get("div_p50") is not None]
+            cells = [
+                " ".join(at),
+                f"{statistics.mean(drop):.1f}" if drop else "—",
+                f"{statistics.mean(sim):.2f}" if sim else "—",
+                f"{statistics.mean(med):.4f}" if med else "—",
             ]
-        else:
-            out.append(o)
-    return out
+            lines.append(f"| {label}, seed {seed} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def report_uapdfl() -> str:
+    from calibrate_uapdfl import report as calibration
+    from choose_setting import table as pilots
+
+    out = ["### The setting: pilots at β = 0.5 (seed 0, 30 rounds)\n", pilots("uapdfl", "", False)]
+    out += ["\n### UA-PDFL's th_I and μ for this model\n", calibration(), ""]
+    for i, part in enumerate(UAPDFL_PARTITIONS):
+        out.append(
+            f"### {PARTITION_LABELS[part]}: personalized test accuracy after the last round, %\n"
+        )
+        out += _rows("uapdfl", part, UAPDFL_METHODS, i)
+        out.append("")
+    for part in UAPDFL_PARTITIONS:
+        out.append(f"### Ablation (Fig. 13), {PARTITION_LABELS[part]}\n")
+        out += _rows("uapdfl", part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, None)
+        out.append("")
+    for part in UAPDFL_PARTITIONS:
+        out.append(f"### UA-PDFL's decisions, {PARTITION_LABELS[part]}\n")
+        out += _dropouts(part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION})
+        out.append("")
+    return "\n".join(out)
+
+
+def report_dfedpgp() -> str:
+    from choose_setting import table as pilots
+
+    out = [
+        "### The setting: pilots at Dir(0.3) (seed 0, 30 rounds)\n",
+        pilots("dfedpgp", "", False),
+    ]
+    out.append("")
+    for i, part in enumerate(DFEDPGP_PARTITIONS):
+        out.append(
+            f"### {PARTITION_LABELS[part]}: personalized test accuracy after the last round, %\n"
+        )
+        out += _rows("dfedpgp", part, DFEDPGP_METHODS, i)
+        out.append("")
+    return "\n".join(out)
+
+
+#: results page -> its generated section
+PAGES = {"uapdfl.md": report_uapdfl, "dfedpgp.md": report_dfedpgp}
+BEGIN, END = "<!-- reproduce.py --docs: begin -->", "<!-- reproduce.py --docs: end -->"
+
+
+def write_docs(docs: Path) -> None:
+    """Replace each results page's generated section (between the markers) with the tables."""
+    for page, make in PAGES.items():
+        path = docs / page
+        text = path.read_text()
+        if BEGIN not in text or END not in text:
+            raise SystemExit(f"{path}: no {BEGIN} ... {END} section to fill")
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        path.write_text(f"{head}{BEGIN}\n\n{make()}\n{END}{tail}")
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("study", choices=["dfedpgp", "uapdfl"])
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--local-epochs", type=int, default=1)
-    ap.add_argument("--seeds", default="0", help="comma-separated seeds")
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--methods", default=None, help="comma-separated labels (default: all)")
+    ap = reproduction_parser(__doc__, list(EXPERIMENTS))
+    ap.add_argument("--out", default=str(HERE / "runs"))
     ap.add_argument(
-        "--sweep",
-        default="beta=0.5",
-        help="uapdfl: partitions of the N_com sweep, comma-separated (empty: no sweep)",
+        "--docs", action="store_true", help="rewrite the results pages' generated sections"
     )
-    ap.add_argument("--data-root", default=DATA_ROOT)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/decentralized/runs"))
     args = ap.parse_args()
-
-    if args.study == "dfedpgp":
-        methods, partitions, base = DFEDPGP_METHODS, DFEDPGP_PARTITIONS, "dfedavgm.yaml"
+    if not args.report:
+        chosen = args.only.split(",") if args.only else list(EXPERIMENTS)
+        unknown = [e for e in chosen if e not in EXPERIMENTS]
+        if unknown:
+            ap.error(f"unknown experiment(s) {unknown}; valid: {', '.join(EXPERIMENTS)}")
+        listed = {e: EXPERIMENTS[e]() for e in chosen}
+        runs = selected_runs(ap, args, listed)
+        out = Path(args.out)
+        jobs = [
+            Job(
+                name,
+                config,
+                out / name,
+                (f"dataset.root={args.data_root}", *FAST, *overrides),
+            )
+            for name, (config, overrides) in runs.items()
+        ]
+        run_missing(jobs, load, record, args.jobs, record_failure)
+    if args.docs:
+        write_docs(HERE.parents[1] / "docs" / "results")
     else:
-        methods, partitions, base = UAPDFL_METHODS, UAPDFL_PARTITIONS, "dfedavg.yaml"
-    labels = args.methods.split(",") if args.methods else list(methods)
-    missing = [lb for lb in labels if methods[lb][0] not in ALGORITHMS]
-    if missing:
-        print(f"skipping methods not available in this build: {missing}", file=sys.stderr)
-        labels = [lb for lb in labels if lb not in missing]
-    seeds = [int(s) for s in args.seeds.split(",")]
-    out = Path(args.out) / args.study / f"R{args.rounds}"
-    common = [
-        f"dataset.root={args.data_root}",
-        f"federation.rounds={args.rounds}",
-        f"federation.local_epochs={args.local_epochs}",
-    ]
-    jobs: list[Job] = []
-    keys: list[tuple[str, str, int]] = []
-    for part, part_over in partitions.items():
-        for label in labels:
-            algorithm, extra, *_ = methods[label]
-            for seed in seeds:
-                over = [
-                    *common,
-                    *part_over,
-                    f"algorithm.name={algorithm}",
-                    f"seed={seed}",
-                    *expand(extra, args.rounds, args.local_epochs),
-                ]
-                slug = re.sub(r"[^A-Za-z0-9.-]+", "_", label).strip("_")
-                name = f"{part}/{slug}-seed{seed}"
-                jobs.append(Job(name, CONFIGS / base, out / name, tuple(over)))
-                keys.append((part, label, seed))
-    sweep: list[tuple[str, int, int]] = []
-    sweep_parts = [p for p in args.sweep.split(",") if p] if args.study == "uapdfl" else []
-    if sweep_parts and "uapdfl" in ALGORITHMS:
-        for part in sweep_parts:
-            part_over = partitions[part]
-            for ncom in (1, 15, 29):
-                for seed in seeds:
-                    name = f"{part}/UA-PDFL-ncom{ncom}-seed{seed}"
-                    over = [
-                        *common,
-                        *part_over,
-                        "algorithm.name=uapdfl",
-                        f"topology.neighbors={ncom}",
-                        f"seed={seed}",
-                    ]
-                    jobs.append(Job(name, CONFIGS / base, out / name, tuple(over)))
-                    sweep.append((part, ncom, seed))
-    t0 = time.time()
-    summaries = run_jobs(jobs, args.jobs)
-    results: dict[tuple[str, str], list[dict]] = {}
-    for (part, label, _), s in zip(keys, summaries, strict=False):
-        results.setdefault((part, label), []).append(s)
-    sweep_results: dict[tuple[str, int], list[dict]] = {}
-    for (part, ncom, _), s in zip(sweep, summaries[len(keys) :], strict=True):
-        sweep_results.setdefault((part, ncom), []).append(s)
-
-    paper_names = (
-        "CIFAR-10 ResNet-18, Table 1" if args.study == "dfedpgp" else "CNN CIFAR-10, Tables 1-2"
-    )
-    print(
-        f"Fashion-MNIST, {args.rounds} rounds, {args.local_epochs} local epoch(s), seeds {seeds}; "
-        "personalized accuracy in % (mean over clients)\n"
-    )
-    for i, part in enumerate(partitions):
-        print(f"#### {part}\n")
-        print(
-            f"| method | ours final | ours best | MB per client per round | wall s | paper ({paper_names}) |"
-        )
-        print("| --- | --- | --- | --- | --- | --- |")
-        for label in labels:
-            runs = results[(part, label)]
-            paper = methods[label][2 + i]
-            bad = failed(runs)
-            if bad:
-                print(f"| {label} | {bad} | - | - | - | {paper:.2f} |")
-                continue
-            final = pct([r["accuracy"]["final"] for r in runs])
-            best = pct([r["accuracy"]["best"] for r in runs])
-            mb = statistics.mean(mb_per_client_round(r) for r in runs)
-            wall = statistics.mean(r["wall_seconds"] for r in runs)
-            print(f"| {label} | {final} | {best} | {mb:.3f} | {wall:.0f} | {paper:.2f} |")
-        print()
-    if sweep_results:
-        print("#### UA-PDFL, effect of N_com (final accuracy %)\n")
-        print(
-            "| partition | N_com=1 | N_com=5 | N_com=15 | N_com=29 | paper (CNN CIFAR-10, Tables 3-4) |"
-        )
-        print("| --- | --- | --- | --- | --- | --- |")
-        for part in sweep_parts:
-            cells = []
-            for ncom in (1, 5, 15, 29):
-                runs = results[(part, "UA-PDFL")] if ncom == 5 else sweep_results[(part, ncom)]
-                cells.append(failed(runs) or pct([r["accuracy"]["final"] for r in runs]))
-            paper = " / ".join(f"{v:.2f}" for v in NCOM_PAPER[part].values())
-            print(f"| {part} | {' | '.join(cells)} | {paper} |")
-    print(f"\ntotal wall time: {time.time() - t0:.0f} s ({args.jobs} jobs in parallel)")
+        print(report_uapdfl() + "\n" + report_dfedpgp())
 
 
 if __name__ == "__main__":
