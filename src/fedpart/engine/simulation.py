@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -16,24 +15,26 @@ import numpy as np
 import torch
 
 from fedpart.config import Config, dump_config
-from fedpart.data.sources import load_dataset
-from fedpart.engine.capacity import capacity_profile, narrow_for_capacity
+from fedpart.engine import build, checkpoint
+from fedpart.engine.build import (  # noqa: F401 - the names' former home
+    channels_last,
+    model_options,
+    plain,
+    resolved_options,
+)
+from fedpart.engine.checkpoint import CHECKPOINT_FORMAT  # noqa: F401
 from fedpart.engine.cost import MacCounter
-from fedpart.engine.data import FederatedData, build_federated_data
+from fedpart.engine.data import FederatedData
 from fedpart.engine.decentralized import Exchange
 from fedpart.engine.evaluation import evaluate_clients, evaluate_samples
 from fedpart.engine.mixing import tensor_bytes
-from fedpart.engine.placement import configure_device, eval_batch_size
-from fedpart.engine.seeding import numpy_rng, seed_for
-from fedpart.engine.store import ClientStateStore, compact_state
+from fedpart.engine.seeding import numpy_rng
+from fedpart.engine.store import compact_state
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
 from fedpart.errors import FedpartError, TrainingError
-from fedpart.models import BlockModel, build_model
-from fedpart.topology import Topology, build_topology
+from fedpart.models import BlockModel
 from fedpart.tracking.faults import crash, crash_point
 from fedpart.tracking.run_dir import RunDir, summarize
-
-CHECKPOINT_FORMAT = 1
 
 #: what produced each accuracy of ``summary.json`` (its ``protocols`` entry)
 PROTOCOL_DOCS = {
@@ -145,30 +146,6 @@ def resolve_backend(
     return wanted
 
 
-def channels_last(cfg: Config, model: BlockModel) -> bool:
-    """Whether ``model``'s convolutions compute in the channels-last layout (``engine.conv_layout``).
-
-    ``auto`` is channels-last on the CPU where the model says it is faster
-    (``model.channels_last_on_cpu``: measured by ``benchmarks/conv_layout.py``; ``fedpart bench``
-    measured 2–3× faster evaluation and up to 1.4× faster one-thread training of FedAvgCNN;
-    ``docs/results/performance.md``), and contiguous on CUDA.
-    """
-    layout = cfg.engine.conv_layout
-    if layout == "auto":
-        return not cfg.engine.device.startswith("cuda") and model.channels_last_on_cpu
-    return layout == "channels_last"
-
-
-def model_options(cfg: Config, algo_cls: Any) -> dict[str, Any]:
-    """``model.*`` options with the method's ``model_defaults`` filled in where the model offers
-    the option and the config leaves it unset."""
-    from fedpart.models import MODELS
-
-    offered = MODELS[cfg.model.name].options
-    defaults = {k: v for k, v in algo_cls.model_defaults.items() if k in offered}
-    return {**defaults, **cfg.model.options}
-
-
 def _all_finite(state: dict[str, torch.Tensor]) -> bool:
     """Whether every floating-point tensor of ``state`` is free of NaN and infinity (one read
     back to the host)."""
@@ -200,22 +177,6 @@ def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> 
     return sorted(int(c) for c in chosen)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def resolved_options(options: Any) -> dict[str, Any]:
-    """A method's parsed options as ``algorithm.*`` config values (every field, defaults
-    included; tuples as lists), which parse back to the same options."""
-    if not dataclasses.is_dataclass(options):
-        return {}
-    return {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options)}
-
-
 class Simulation:
     """One experiment: data, model, method, state store, and the loop over rounds.
 
@@ -230,73 +191,21 @@ class Simulation:
         quiet: bool = True,
         data: FederatedData | None = None,
     ) -> None:
-        from fedpart.algorithms import ALGORITHMS
-
-        algo_cls = ALGORITHMS[cfg.algorithm.name]
-        options = algo_cls.parse_options(cfg.algorithm.options)
-        # every option's value, defaults included, goes into the run's config.yaml and
-        # checkpoint: a resumed run keeps the values it started with if a default changes later
-        cfg = dataclasses.replace(
-            cfg,
-            algorithm=dataclasses.replace(cfg.algorithm, options=resolved_options(options)),
-            engine=dataclasses.replace(
-                cfg.engine,
-                eval_batch_size=eval_batch_size(
-                    cfg.engine.eval_batch_size, torch.device(cfg.engine.device)
-                ),
-            ),
-        )
+        algo_cls, options, cfg = build.resolved_config(cfg)
         self.cfg = cfg
         self.quiet = quiet
-        if cfg.engine.threads:
-            torch.set_num_threads(cfg.engine.threads)
-        self.device = torch.device(cfg.engine.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise FedpartError(
-                "engine.device: CUDA was requested but no GPU is available; use engine.device=cpu"
-            )
-        #: ``engine.deterministic`` applied; recorded in summary.json
-        self.determinism = configure_device(self.device, cfg.engine.deterministic)
-        if data is None:
-            bundle = load_dataset(
-                cfg.dataset.name,
-                cfg.dataset.root,
-                download=cfg.dataset.download,
-                **cfg.dataset.options,
-            )
-            data = build_federated_data(cfg, bundle)
-        # the pool and every client's index arrays move to the device once (docs/architecture.md)
-        self.data = data = data.to(self.device)
-        f = cfg.federation
+        self.device, self.determinism = build.open_device(cfg)
+        self.data = data = build.federated_data(cfg, data, self.device)
         #: each client's capacity r_i and width p_i (docs/capacity.md), fixed for the run
-        self.capacity = capacity_profile(
-            f.capacity, data.num_clients, cfg.seed, f.capacity_values, f.p_min
-        )
+        self.capacity = build.client_capacity(cfg, data.num_clients)
         self.algorithm = algo_cls(options, self)
-        torch.manual_seed(seed_for(cfg.seed, "init"))
-        model = build_model(
-            cfg.model.name,
-            num_classes=data.num_classes,
-            input_shape=tuple(data.bundle.input_shape),
-            **model_options(cfg, algo_cls),
+        self.model: BlockModel = build.run_model(
+            cfg, self.algorithm, data, self.capacity, self.device
         )
-        if not algo_cls.capacity_aware:
-            # every client must afford the model, so it is the full one cut to the smallest
-            # width (Pa3dFL §6.1); a capacity-aware method keeps the full model on the server
-            model = narrow_for_capacity(model, self.capacity.p_min)
-        self.model: BlockModel = self.algorithm.wrap_model(model).to(self.device)
-        self.model.set_channels_last(channels_last(cfg, self.model))
         self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self._mac_counters: dict[int, MacCounter] = {}
-        self.store = ClientStateStore(
-            self.model,
-            self.model.state_dict(),
-            self.algorithm.stored_blocks(),
-            self.algorithm.personal_keys(),
-        )
-        self.topology: Topology | None = None
-        if self.algorithm.setting == "decentralized":
-            self.topology = build_topology(cfg, data.num_clients, self.algorithm.default_topology)
+        self.store = build.client_store(self.model, self.algorithm)
+        self.topology = build.run_topology(cfg, self.algorithm, data.num_clients)
         self.exchange: Exchange | None = None
         self.backend = resolve_backend(cfg, self.algorithm, self.model, data)
         self._remote: Any = None
@@ -914,7 +823,7 @@ class Simulation:
                 "model": cfg.model.name,
                 # the options the model was built with, the method's model_defaults included
                 # (FedBN's BatchNorm): a comparison table marks runs whose model differs
-                "model_options": _plain(model_options(cfg, type(self.algorithm))),
+                "model_options": plain(model_options(cfg, type(self.algorithm))),
                 "determinism": self.determinism,
                 "personal_state_bytes": self.store.personal_bytes(),
                 **(
@@ -935,98 +844,11 @@ class Simulation:
     # ---------------------------------------------------------- checkpoints
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Everything that evolves over rounds, as flat named tensors."""
-        out = {f"global/{k}": v for k, v in self.store.global_state.items()}
-        for c, state in self.store.personal.items():
-            out.update({f"personal/{c}/{k}": v for k, v in state.items()})
-        for c, state in self.store.tailored.items():
-            out.update({f"tailored/{c}/{k}": v for k, v in state.items()})
-        for c, (sent, _) in self.late.items():
-            out.update({f"late/{c}/{k}": v for k, v in sent.items()})
-        extra_tensors, _ = self.algorithm.extra_state()
-        out.update({f"extra/{k}": v for k, v in extra_tensors.items()})
-        return out
+        return checkpoint.state_tensors(self)
 
     def save_checkpoint(self) -> None:
-        if self.run_dir is None:
-            return
-        _, extra_values = self.algorithm.extra_state()
-        meta = {
-            "format": CHECKPOINT_FORMAT,
-            "rounds_completed": self.rounds_completed,
-            "finished": self.finished,
-            "elapsed": self.elapsed,
-            "client_accuracy": self.client_accuracy,
-            "final_row": self.final_row,
-            "algorithm_state": extra_values,
-            # the rows logged so far and the config: a resume rebuilds metrics.jsonl from the
-            # checkpoint and notices a config.yaml edited since
-            "rows": self.rows,
-            "config": json.loads(json.dumps(self.cfg.to_dict(), default=str)),
-            "late": {str(c): w for c, (_, w) in self.late.items()},
-        }
-        self.run_dir.save_checkpoint(self.state_tensors(), meta)
-
-    def _check_fits(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Refuse a checkpoint written for another model or method, naming the first misfit."""
-        ref = self.store.global_state
-        n = self.data.num_clients
-        seen = set()
-        for name, value in tensors.items():
-            kind, _, rest = name.partition("/")
-            if kind == "global":
-                want = ref.get(rest)
-                if want is None or want.shape != value.shape or want.dtype != value.dtype:
-                    got = f"{tuple(value.shape)} {value.dtype}"
-                    has = "no such tensor" if want is None else f"{tuple(want.shape)} {want.dtype}"
-                    raise FedpartError(
-                        f"the checkpoint does not fit this config: {name} is {got}, the model "
-                        f"has {has}; resume with the config the run was started with"
-                    )
-                seen.add(rest)
-            elif kind in ("personal", "tailored", "late"):
-                client, _, key = rest.partition("/")
-                # a late upload may carry what the method sends beside model tensors
-                if not client.isdigit() or int(client) >= n or (key not in ref and kind != "late"):
-                    raise FedpartError(
-                        f"the checkpoint does not fit this config: {name} names no client "
-                        f"(0..{n - 1}) and model tensor; resume with the config the run was "
-                        "started with"
-                    )
-            elif kind != "extra":
-                raise FedpartError(f"the checkpoint holds an unknown entry {name!r}")
-        missing = sorted(set(ref) - seen)
-        if missing:
-            raise FedpartError(
-                f"the checkpoint does not fit this config: it has no global/{missing[0]}; "
-                "resume with the config the run was started with"
-            )
+        checkpoint.save_checkpoint(self)
 
     def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        """Restore a checkpoint's tensors and counters."""
-        if meta.get("format") != CHECKPOINT_FORMAT:
-            raise FedpartError(f"checkpoint format {meta.get('format')} is not supported")
-        self._check_fits(tensors)
-        store = self.store
-        extra: dict[str, torch.Tensor] = {}
-        late: dict[int, dict[str, torch.Tensor]] = {}
-        for name, value in tensors.items():
-            kind, rest = name.split("/", 1)
-            if kind == "global":
-                store.global_state[rest] = value.to(self.device)
-            elif kind in ("personal", "tailored"):
-                client, key = rest.split("/", 1)
-                per_client = store.personal if kind == "personal" else store.tailored
-                per_client.setdefault(int(client), {})[key] = value.to(self.device)
-            elif kind == "late":
-                client, key = rest.split("/", 1)
-                late.setdefault(int(client), {})[key] = value.to(self.device)
-            else:
-                extra[rest] = value.to(self.device)
-        late_weights = meta.get("late", {})
-        self.late = {c: (sent, float(late_weights[str(c)])) for c, sent in sorted(late.items())}
-        self.algorithm.load_extra_state(extra, meta.get("algorithm_state", {}))
-        self.rounds_completed = int(meta["rounds_completed"])
-        self.finished = bool(meta.get("finished", False))
-        self.elapsed = float(meta.get("elapsed", 0.0))
-        self.client_accuracy = list(meta.get("client_accuracy", []))
-        self.final_row = meta.get("final_row")
+        """Restore a checkpoint's tensors and counters (:mod:`fedpart.engine.checkpoint`)."""
+        checkpoint.load_state(self, tensors, meta)
