@@ -109,8 +109,8 @@ def test_auto_runs_worker_processes_only_where_a_round_pays_for_them(tiny_cfg, m
     """``auto`` on a CPU with several cores: processes for a round of at least
     ``PARALLEL_MIN_MACS`` multiply-adds, sequential below it, for a method without the process
     backend, with one core, or inside a parallel sweep (``FEDPART_AUTO_WORKERS=0``)."""
+    import fedpart.engine.backends as backends
     import fedpart.engine.parallel as parallel
-    import fedpart.engine.simulation as simulation
 
     def backend(algo="fedper"):
         cfg = Config.from_dict({**tiny_cfg, "algorithm": {"name": algo}})
@@ -120,14 +120,14 @@ def test_auto_runs_worker_processes_only_where_a_round_pays_for_them(tiny_cfg, m
     monkeypatch.setenv("FEDPART_AUTO_WORKERS", "1")  # as the command line sets it
     cfg = Config.from_dict({**tiny_cfg, "algorithm": {"name": "fedper"}})
     sim = Simulation(cfg, quiet=True)
-    macs, per_client = simulation.round_macs(cfg, sim.algorithm, sim.model, sim.data)
+    macs, per_client = backends.round_macs(cfg, sim.algorithm, sim.model, sim.data)
     # 3 of 6 clients, ~40 samples each, one epoch of a 64·32 + 32·10 MLP: about 3·40·3·2.4k
     assert 1e5 < macs < 1e7
     assert per_client == pytest.approx(macs / 3)
     assert backend() == "sequential"  # the tiny round does not pay for workers
-    monkeypatch.setattr(simulation, "PARALLEL_MIN_MACS", macs)
+    monkeypatch.setattr(backends, "PARALLEL_MIN_MACS", macs)
     assert backend() == "sequential"  # ... nor does each client's share
-    monkeypatch.setattr(simulation, "PARALLEL_MIN_CLIENT_MACS", per_client)
+    monkeypatch.setattr(backends, "PARALLEL_MIN_CLIENT_MACS", per_client)
     assert backend() == "processes"
     assert backend("ditto") == "sequential"  # its own local update: no process backend
     monkeypatch.setenv("FEDPART_AUTO_WORKERS", "0")  # a parallel sweep's run

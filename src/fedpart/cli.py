@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fedpart`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # the command line's main module is import-safe for spawned worker processes: here
-    # ``engine.backend=auto`` may run them (``simulation.resolve_backend``)
+    # ``engine.backend=auto`` may run them (``backends.resolve_backend``)
     os.environ.setdefault("FEDPART_AUTO_WORKERS", "1")
     if argv[:1] == ["bench"]:  # the harness parses its own options
         from fedpart.bench.harness import main as bench_main

@@ -158,7 +158,7 @@ class EngineConfig:
     recipe trained as one ``torch.func`` computation; same numbers up to float rounding) or
     ``auto`` (on a GPU batched where the method and model allow it; on a CPU with several cores
     ``processes`` when the method allows it and a round's training is large enough to pay for
-    the workers, ``simulation.PARALLEL_MIN_MACS``; else sequential), or ``ray`` (clients
+    the workers, ``backends.PARALLEL_MIN_MACS``; else sequential), or ``ray`` (clients
     as Ray tasks; ``ray_address`` names an existing cluster, empty starts a local Ray with
     ``ray_workers`` CPUs, 0 = all), or ``processes`` (a round's clients spread over
     ``workers`` worker processes on this machine, 0 = one per core; the data pool in shared

@@ -46,6 +46,7 @@ import cloudpickle
 import torch
 
 from fedpart.config import Config, dump_config, load_config
+from fedpart.engine.backends import Delivered
 from fedpart.engine.evaluation import evaluate_clients
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import Result, Simulation
@@ -187,7 +188,8 @@ class FlowerSimulation(Simulation):
     ) -> None:
         super().__init__(cfg, run_dir=run_dir, quiet=quiet)
         check_supported(self)
-        self.backend = "flower"
+        #: local training, fine-tuning and evaluation run on the nodes (the methods below)
+        self.executor = Delivered("flower")
         self.grid = grid
         self.timeout = timeout
         self.config_text = dump_config(cfg)
@@ -211,7 +213,6 @@ class FlowerSimulation(Simulation):
         #: whether every client had a node once (later, a node taking over a client replaces
         #: the one before it, which is taken for dead)
         self.connected = False
-        self._trained: dict[int, TrainResult] = {}
         self.round_failed: set[int] = set()
         self.eval_failed: set[int] = set()
         self.traffic = dict.fromkeys(TRAFFIC_KEYS, 0)
@@ -367,17 +368,8 @@ class FlowerSimulation(Simulation):
         trained = self._train_on_nodes(rnd, clients)
         arrived = [c for c in clients if c in trained]
         self.round_failed.update(c for c in clients if c not in trained)
-        # the remote branch of Simulation.train_clients calls _train_remote for every client
-        self._trained = trained
-        self.backend = "processes"
-        try:
-            return super().train_clients(rnd, arrived)
-        finally:
-            self.backend = "flower"
-            self._trained = {}
-
-    def _train_remote(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
-        return {c: self._trained[c] for c in clients}
+        # the nodes' results, handed to the engine's accounting as a backend's
+        return super().train_clients(rnd, arrived, backend=Delivered("flower", trained))
 
     def _train_on_nodes(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
         from flwr.app import Message

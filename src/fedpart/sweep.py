@@ -365,7 +365,7 @@ def execute(
 
 def _one_process_per_run() -> None:
     """Runs of a parallel sweep already fill the cores: ``engine.backend=auto`` keeps each in
-    its own process (``simulation.resolve_backend``)."""
+    its own process (``backends.resolve_backend``)."""
     os.environ["FEDPART_AUTO_WORKERS"] = "0"
 
 

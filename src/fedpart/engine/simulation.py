@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,6 +14,14 @@ import torch
 
 from fedpart.config import Config, dump_config
 from fedpart.engine import build, checkpoint
+from fedpart.engine.backends import (  # noqa: F401 - the names' former home
+    PARALLEL_MIN_CLIENT_MACS,
+    PARALLEL_MIN_MACS,
+    Backend,
+    make_backend,
+    resolve_backend,
+    round_macs,
+)
 from fedpart.engine.build import (  # noqa: F401 - the names' former home
     channels_last,
     model_options,
@@ -29,9 +35,8 @@ from fedpart.engine.decentralized import Exchange
 from fedpart.engine.evaluation import evaluate_clients, evaluate_samples
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.seeding import numpy_rng
-from fedpart.engine.store import compact_state
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
-from fedpart.errors import FedpartError, TrainingError
+from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
 from fedpart.tracking.faults import crash, crash_point
 from fedpart.tracking.run_dir import RunDir, summarize
@@ -61,89 +66,6 @@ class Result:
     client_accuracy: list[float]
     run_dir: Path | None
     simulation: Simulation | None = field(default=None, repr=False)
-
-
-#: ``engine.backend=auto`` runs worker processes on a CPU with several cores when a round's
-#: local training is at least this many multiply-adds (forward + backward): below it, starting
-#: the workers and moving states cost more than the second core saves. Measured by
-#: ``fedpart bench --workers`` (``docs/results/performance.md``): the quick start's rounds
-#: (~10⁸–10⁹ multiply-adds) ran 3× slower in two processes, FedPer's and FedRep's MNIST rounds
-#: (~10¹¹) 1.9× faster than one process.
-PARALLEL_MIN_MACS = 1e10
-#: ... and each client's share at least this many: a job costs ~20 ms of shipping states both
-#: ways, and 1,000 clients of 5 samples each (6·10⁷ multiply-adds apiece) ran 2× slower in two
-#: processes than in one
-PARALLEL_MIN_CLIENT_MACS = 1e9
-
-
-def round_macs(
-    cfg: Config, algorithm: Any, model: BlockModel, data: FederatedData
-) -> tuple[float, float]:
-    """An estimate of one round's local-training multiply-adds, in all and per participant: the
-    participants' training samples × local epochs × the whole model's forward + backward
-    multiply-adds per sample."""
-    n = data.num_clients
-    per_round = (
-        n if algorithm.setting == "decentralized" else max(1, round(cfg.federation.join_ratio * n))
-    )
-    mean_train = sum(c.num_train for c in data.clients) / max(1, n)
-    counter = MacCounter(model, tuple(data.bundle.input_shape), data.num_classes)
-    state = dict(model.state_dict())
-    per_sample = counter.per_sample(state, [k for k, _ in model.named_parameters()])
-    per_client = mean_train * cfg.federation.local_epochs * per_sample
-    return per_round * per_client, per_client
-
-
-def resolve_backend(
-    cfg: Config, algorithm: Any, model: BlockModel, data: FederatedData | None = None
-) -> str:
-    """The backend a run uses: ``auto`` is the fastest exact one the method and model support.
-
-    On a GPU it is the batched backend wherever the method and model allow it (one kernel per
-    step for all clients removes the launch overhead of many small ones). On a CPU with more than
-    one core it is the process backend (the sequential backend's numbers, bit for bit) when the
-    method supports it and a round trains at least :data:`PARALLEL_MIN_MACS` multiply-adds, each
-    client at least :data:`PARALLEL_MIN_CLIENT_MACS`; else
-    the sequential backend (``fedpart bench`` measured the vmap-batched training at 0.6–0.8× of
-    it for 28×28 CNNs on a CPU). Worker processes are spawned, which imports the caller's main
-    module again, so ``auto`` starts them only where that is known to be safe:
-    ``FEDPART_AUTO_WORKERS=1`` in the environment, which the ``fedpart`` command line sets (a
-    Python script whose top level is guarded by ``if __name__ == "__main__":`` may set it too, or
-    ask for ``engine.backend=processes``); ``fedpart sweep --jobs N`` sets it to ``0`` in its
-    runs, which already fill the cores.
-    """
-    wanted = cfg.engine.backend
-    supported = type(algorithm).backends
-    if wanted == "auto":
-        if "batched" in supported and cfg.engine.device.startswith("cuda"):
-            from fedpart.engine.batched import can_batch
-
-            if can_batch(model, []) is None:
-                return "batched"
-        if (
-            "processes" in supported
-            and data is not None
-            and not cfg.engine.device.startswith("cuda")
-            and os.environ.get("FEDPART_AUTO_WORKERS", "") == "1"
-        ):
-            from fedpart.engine.parallel import worker_count
-
-            if worker_count(cfg.engine) > 1:
-                total, per_client = round_macs(cfg, algorithm, model, data)
-                if total >= PARALLEL_MIN_MACS and per_client >= PARALLEL_MIN_CLIENT_MACS:
-                    return "processes"
-        return "sequential"
-    if wanted not in supported:
-        raise FedpartError(
-            f"engine.backend: {cfg.algorithm.name} supports {', '.join(supported)}, not {wanted}"
-        )
-    if wanted == "batched":
-        from fedpart.engine.batched import can_batch
-
-        reason = can_batch(model, [])
-        if reason is not None:
-            raise FedpartError(f"engine.backend: batched is not possible here: {reason}")
-    return wanted
 
 
 def _all_finite(state: dict[str, torch.Tensor]) -> bool:
@@ -207,8 +129,10 @@ class Simulation:
         self.store = build.client_store(self.model, self.algorithm)
         self.topology = build.run_topology(cfg, self.algorithm, data.num_clients)
         self.exchange: Exchange | None = None
-        self.backend = resolve_backend(cfg, self.algorithm, self.model, data)
-        self._remote: Any = None
+        #: where local training runs (``engine.backend``)
+        self.executor: Backend = make_backend(
+            resolve_backend(cfg, self.algorithm, self.model, data), self
+        )
         self.algorithm.setup()
         self.rounds_completed = 0
         self.finished = False
@@ -277,49 +201,27 @@ class Simulation:
         recipe = Recipe(phases=(Phase(blocks=None, epochs=epochs, name="finetune"),))
         begin = start or self.store.client_state
         clients = list(range(self.data.num_clients))
-        if self.backend == "batched" and not self.algorithm.capacity_aware:
-            from fedpart.engine.batched import train_clients_batched
-
-            by_settings: dict[TrainSettings, list[int]] = {}
-            for c in clients:
-                by_settings.setdefault(self.train_settings(rnd, c), []).append(c)
-            out: dict[int, dict[str, torch.Tensor]] = {}
-            for settings, members in by_settings.items():
-                trained = train_clients_batched(
-                    self.model,
-                    [begin(c) for c in members],
-                    recipe,
-                    self.data,
-                    members,
-                    rnd,
-                    settings,
-                    set(),
-                    chunk=self.cfg.engine.batch_clients or None,
-                )
-                out.update({c: r.state for c, r in zip(members, trained, strict=True)})
-            return {c: out[c] for c in clients}
+        out = self.executor.finetune(rnd, clients, begin, recipe)
+        if out is not None:
+            return out
         return {c: self.train(rnd, c, begin(c), recipe=recipe, frozen=set()).state for c in clients}
 
     def train_clients(
-        self, rnd: int, clients: list[int]
+        self, rnd: int, clients: list[int], backend: Backend | None = None
     ) -> tuple[dict[int, TrainResult], dict[str, Any]]:
-        """Every listed client's local update (the method's ``local_update``), its personal
-        tensors kept in the store, and the round's training accounting.
+        """Every listed client's local update, its personal tensors kept in the store, and the
+        round's training accounting.
 
-        With the batched backend, clients whose local update is the engine's default (train the
-        method's recipe from its start state) and who share a recipe and optimiser settings are
-        trained together (:mod:`fedpart.engine.batched`); everything else runs sequentially.
+        ``backend`` (by default the run's) trains the clients it can first
+        (:mod:`fedpart.engine.backends`); every other client runs the method's ``local_update``
+        here, in client order.
         """
+        backend = backend or self.executor
         algo = self.algorithm
         skip = self.cfg.federation.on_nonfinite == "skip_client"
         skipped = 0
         try:
-            if self.backend == "batched":
-                batched = self._train_batched(rnd, clients)
-            elif self.backend in ("ray", "processes"):
-                batched = self._train_remote(rnd, clients)
-            else:
-                batched = {}
+            batched = backend.train(rnd, clients)
         except TrainingError:
             if not skip:
                 raise
@@ -379,114 +281,25 @@ class Simulation:
             self._mac_counters[id(model)] = counter
         return counter
 
-    def _train_batched(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
-        """Train the batchable clients of ``clients`` together; returns their results."""
-        from fedpart.algorithms.base import Algorithm
-        from fedpart.engine.batched import can_batch, train_clients_batched
+    # ------------------------------------------------------------ backend
+    @property
+    def backend(self) -> str:
+        """The backend's name: ``sequential``, ``batched``, ``processes``, ``ray`` (``flower``)."""
+        return self.executor.name
 
-        algo = self.algorithm
-        if type(algo).local_update is not Algorithm.local_update:
-            return {}
-        # Clients whose recipes differ only in their phases' learning-rate factors (push-sum's
-        # 1/μ_i) are grouped, the factors passed per client.
-        # a capacity-aware method's clients of different widths run different models: they
-        # are grouped by model too, never stacked together
-        groups: dict[tuple[Any, TrainSettings, int], list[int]] = {}
-        models: dict[int, Any] = {}
-        factors: dict[int, list[float]] = {}
-        for client in clients:
-            recipe = algo.recipe(rnd, client)
-            factors[client] = [p.lr_scale for p in recipe.phases]
-            plain = dataclasses.replace(
-                recipe,
-                phases=tuple(dataclasses.replace(p, lr_scale=1.0) for p in recipe.phases),
-            )
-            model = algo.model_for(client)
-            models[id(model)] = model
-            groups.setdefault((plain, self.train_settings(rnd, client), id(model)), []).append(
-                client
-            )
-        out: dict[int, TrainResult] = {}
-        frozen = algo.frozen_blocks(rnd)
-        for (recipe, settings, model_id), members in groups.items():
-            model = models[model_id]
-            if len(members) < 2 or can_batch(model, [recipe]) is not None:
-                continue
-            starts = [algo.start_state(rnd, c) for c in members]
-            trained = train_clients_batched(
-                model,
-                starts,
-                recipe,
-                self.data,
-                members,
-                rnd,
-                settings,
-                frozen,
-                chunk=self.cfg.engine.batch_clients or None,
-                lr_scales=[factors[c] for c in members],
-            )
-            out.update(zip(members, trained, strict=True))
-        return out
-
-    def _feature_map(self) -> Any:
-        """The process backend's workers compute evaluation's body passes (same batches)."""
-        if self.backend != "processes":
-            return None
-        if self._remote is None:
-            from fedpart.engine.parallel import ProcessTrainer
-
-            self._remote = ProcessTrainer(self)
-        return self._remote.features
+    @property
+    def _remote(self) -> Any:
+        """The process pool or Ray trainer while one is running."""
+        return self.executor.remote
 
     def backend_description(self) -> str:
         """The backend in words, e.g. ``processes (2 workers, 1 thread each)``."""
-        if self.backend == "processes":
-            from fedpart.engine.parallel import worker_count
-
-            workers = worker_count(self.cfg.engine)
-            threads = self.cfg.engine.threads or 1
-            return f"processes ({workers} workers, {threads} thread{'s' * (threads > 1)} each)"
-        threads = self.cfg.engine.threads or torch.get_num_threads()
-        return f"{self.backend} ({threads} thread{'s' * (threads > 1)})"
+        return self.executor.describe()
 
     def close_workers(self) -> None:
         """Stop the worker processes of the process backend, if any (Ray stays up: it may be a
         shared cluster)."""
-        close = getattr(self._remote, "close", None)
-        if close is not None:
-            close()
-            self._remote = None
-
-    def _train_remote(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
-        """Train the clients with the default local update as Ray tasks or in worker
-        processes (the same jobs; see :mod:`fedpart.engine.ray_backend` and
-        :mod:`fedpart.engine.parallel`)."""
-        from fedpart.algorithms.base import Algorithm
-
-        algo = self.algorithm
-        if type(algo).local_update is not Algorithm.local_update:
-            return {}
-        if self._remote is None:
-            if self.backend == "ray":
-                from fedpart.engine.ray_backend import RayTrainer
-
-                self._remote = RayTrainer(self)
-            else:
-                from fedpart.engine.parallel import ProcessTrainer
-
-                self._remote = ProcessTrainer(self)
-        frozen = algo.frozen_blocks(rnd)
-        jobs = [
-            (
-                c,
-                compact_state(algo.start_state(rnd, c)),
-                algo.recipe(rnd, c),
-                self.train_settings(rnd, c),
-                frozen,
-            )
-            for c in clients
-        ]
-        return self._remote.train(jobs, rnd)
+        self.executor.close()
 
     def run_round(self, rnd: int) -> dict[str, Any]:
         """One round: the server round (sample, train, upload, aggregate) or, for decentralized
@@ -620,7 +433,7 @@ class Simulation:
         models = [self.algorithm.model_for(c) for c in clients]
         if all(m is self.model for m in models):
             return evaluate_clients(
-                self.model, states, index, self.data, bs, feature_map=self._feature_map()
+                self.model, states, index, self.data, bs, feature_map=self.executor.feature_map()
             )
         out: list[Any] = [None] * len(clients)
         groups: dict[int, list[int]] = {}
