@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
@@ -118,3 +121,94 @@ def evaluate_clients(
                 results[members[p]] = (ok[start : start + n], loss[start : start + n])
                 start += n
     return results  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------ a run's evaluation
+def host_sums(outcomes: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, float]]:
+    """Per outcome (correct, loss): the number correct and the sum of the losses, read back to
+    the host at once (the sums are those of ``float(ok.sum())``, ``float(losses.sum())``)."""
+    if not outcomes:
+        return []
+    counts = torch.stack([ok.sum() for ok, _ in outcomes]).tolist()
+    losses = torch.stack([loss.sum() for _, loss in outcomes]).tolist()
+    return [(float(c), float(v)) for c, v in zip(counts, losses, strict=True)]
+
+
+def evaluate_states(
+    sim: Any,
+    clients: list[int],
+    states: list[dict[str, torch.Tensor]],
+    index: list[torch.Tensor],
+    backend: Any,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-sample (correct, loss) of ``states[i]`` on the samples ``index[i]``, each with the
+    model of client ``clients[i]``: clients are grouped by that model (a capacity-aware
+    method's widths), so the ordinary case is one call sharing body passes across clients,
+    computed where ``backend`` says (``feature_map``: the process backend's workers)."""
+    bs = sim.cfg.engine.eval_batch_size
+    models = [sim.algorithm.model_for(c) for c in clients]
+    if all(m is sim.model for m in models):
+        feature_map = backend.feature_map()
+        return evaluate_clients(sim.model, states, index, sim.data, bs, feature_map=feature_map)
+    out: list[Any] = [None] * len(clients)
+    groups: dict[int, list[int]] = {}
+    for i, m in enumerate(models):
+        groups.setdefault(id(m), []).append(i)
+    for members in groups.values():
+        outcomes = evaluate_clients(
+            models[members[0]],
+            [states[i] for i in members],
+            [index[i] for i in members],
+            sim.data,
+            bs,
+        )
+        for i, outcome in zip(members, outcomes, strict=True):
+            out[i] = outcome
+    return out
+
+
+def evaluate_participants(
+    sim: Any, clients: list[int], states: list[dict[str, torch.Tensor]]
+) -> float | None:
+    """Sample-weighted accuracy of ``states[i]`` on client ``clients[i]``'s evaluation split
+    (FL-bench's per-round metric: Σ correct / Σ samples over the round's participants)."""
+    split = sim.cfg.evaluation.split
+    index = [getattr(sim.data.clients[c], split) for c in clients]
+    outcomes = sim.evaluate_states(clients, states, index)
+    total = sum(ok.numel() for ok, _ in outcomes)
+    return float(sum(c for c, _ in host_sums(outcomes)) / total) if total else None
+
+
+def evaluate_run(sim: Any) -> dict[str, Any]:
+    """Personalised accuracy (each client's model on its own split) and the global accuracy;
+    sets ``sim.client_accuracy``."""
+    split = sim.cfg.evaluation.split
+    bs = sim.cfg.engine.eval_batch_size
+    n = sim.data.num_clients
+    correct = np.zeros(n)
+    total = np.zeros(n)
+    loss = np.zeros(n)
+    states = [sim.algorithm.eval_state(c) for c in range(n)]
+    index = [getattr(sim.data.clients[c], split) for c in range(n)]
+    outcomes = sim.evaluate_states(list(range(n)), states, index)
+    # per client (correct, loss sum) read back to the host in one transfer
+    sums = host_sums(outcomes)
+    for c, (ok, _) in enumerate(outcomes):
+        correct[c], loss[c] = sums[c]
+        total[c] = ok.numel()
+    has = total > 0
+    acc = np.where(has, correct / np.maximum(total, 1), np.nan)
+    sim.client_accuracy = [float(a) if not math.isnan(a) else None for a in acc]
+    row: dict[str, Any] = {
+        "accuracy": float(np.nanmean(acc)) if has.any() else None,
+        "accuracy_weighted": float(correct.sum() / total.sum()) if total.sum() else None,
+        "loss": float(loss.sum() / total.sum()) if total.sum() else None,
+    }
+    if sim.algorithm.has_global_model and sim.data.global_test is not None:
+        ok, losses = evaluate_samples(
+            sim.model, sim.store.global_state, sim.data, sim.data.global_test, bs
+        )
+        accuracy, mean_loss = torch.stack([ok.float().mean(), losses.mean()]).tolist()
+        row["global_accuracy"] = accuracy
+        row["global_loss"] = mean_loss
+    return row

@@ -1,19 +1,31 @@
-"""The round loop of a centralized federation, with evaluation, accounting and checkpoints."""
+"""One experiment as an object: :class:`Simulation` holds what a run is built from and delegates
+each job to the engine module that does it.
+
+- building a run: :mod:`fedpart.engine.build`
+- where local training runs: :mod:`fedpart.engine.backends`
+- the rounds and the training of a round's clients: :mod:`fedpart.engine.rounds`
+- evaluation: :mod:`fedpart.engine.evaluation`
+- the run loop (run files, TensorBoard, checkpoints, progress): :meth:`Simulation.run`
+- the checkpoint format: :mod:`fedpart.engine.checkpoint`
+
+Methods, the Flower server (a subclass) and the benchmark harness call the methods of this
+class; the modules above call back through it, so a subclass's or a caller's replacement of
+``run_round``, ``train_clients``, ``evaluate``, ``evaluate_states`` or the checkpoint methods
+takes effect everywhere.
+"""
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from fedpart.config import Config, dump_config
-from fedpart.engine import build, checkpoint
+from fedpart.engine import build, checkpoint, evaluation, rounds
 from fedpart.engine.backends import (  # noqa: F401 - the names' former home
     PARALLEL_MIN_CLIENT_MACS,
     PARALLEL_MIN_MACS,
@@ -29,14 +41,11 @@ from fedpart.engine.build import (  # noqa: F401 - the names' former home
     resolved_options,
 )
 from fedpart.engine.checkpoint import CHECKPOINT_FORMAT  # noqa: F401
-from fedpart.engine.cost import MacCounter
 from fedpart.engine.data import FederatedData
 from fedpart.engine.decentralized import Exchange
-from fedpart.engine.evaluation import evaluate_clients, evaluate_samples
-from fedpart.engine.mixing import tensor_bytes
-from fedpart.engine.seeding import numpy_rng
+from fedpart.engine.recipe import Phase, Recipe
+from fedpart.engine.rounds import MacCounters, sample_clients  # noqa: F401
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
-from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
 from fedpart.tracking.faults import crash, crash_point
 from fedpart.tracking.run_dir import RunDir, summarize
@@ -68,41 +77,10 @@ class Result:
     simulation: Simulation | None = field(default=None, repr=False)
 
 
-def _all_finite(state: dict[str, torch.Tensor]) -> bool:
-    """Whether every floating-point tensor of ``state`` is free of NaN and infinity (one read
-    back to the host)."""
-    checks = [torch.isfinite(v).all() for v in state.values() if v.is_floating_point()]
-    return bool(torch.stack(checks).all()) if checks else True
-
-
-def _host_sums(outcomes: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, float]]:
-    """Per outcome (correct, loss): the number correct and the sum of the losses, read back to
-    the host at once (the sums are those of ``float(ok.sum())``, ``float(losses.sum())``)."""
-    if not outcomes:
-        return []
-    counts = torch.stack([ok.sum() for ok, _ in outcomes]).tolist()
-    losses = torch.stack([loss.sum() for _, loss in outcomes]).tolist()
-    return [(float(c), float(v)) for c, v in zip(counts, losses, strict=True)]
-
-
-def _numel(model: torch.nn.Module) -> dict[str, int]:
-    """Parameter key → number of elements."""
-    return {k: p.numel() for k, p in model.named_parameters()}
-
-
-def sample_clients(seed: int, rnd: int, num_clients: int, join_ratio: float) -> list[int]:
-    """The round's participants, from a stream keyed by (seed, round): the same for every method."""
-    m = max(1, int(round(join_ratio * num_clients)))
-    if m >= num_clients:
-        return list(range(num_clients))
-    chosen = numpy_rng(seed, "sample_clients", rnd).choice(num_clients, size=m, replace=False)
-    return sorted(int(c) for c in chosen)
-
-
 class Simulation:
     """One experiment: data, model, method, state store, and the loop over rounds.
 
-    ``Simulation(cfg).run()`` runs it; ``Simulation.resume(dir)`` continues a stopped run.
+    ``Simulation(cfg).run()`` runs it; :func:`fedpart.resume` continues a stopped run.
     """
 
     def __init__(
@@ -124,8 +102,7 @@ class Simulation:
         self.model: BlockModel = build.run_model(
             cfg, self.algorithm, data, self.capacity, self.device
         )
-        self.macs = MacCounter(self.model, tuple(data.bundle.input_shape), data.num_classes)
-        self._mac_counters: dict[int, MacCounter] = {}
+        self._macs = MacCounters(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = build.client_store(self.model, self.algorithm)
         self.topology = build.run_topology(cfg, self.algorithm, data.num_clients)
         self.exchange: Exchange | None = None
@@ -147,28 +124,33 @@ class Simulation:
         self.late: dict[int, tuple[dict[str, torch.Tensor], float]] = {}
         self.resumed = False  # set by fedpart.resume: the directory already holds this run
 
-    # ------------------------------------------------------------ the round
+    # ------------------------------------------------------------ backend
+    @property
+    def backend(self) -> str:
+        """The backend's name: ``sequential``, ``batched``, ``processes``, ``ray`` (``flower``)."""
+        return self.executor.name
+
+    @property
+    def _remote(self) -> Any:
+        """The process pool or Ray trainer while one is running."""
+        return self.executor.remote
+
+    def backend_description(self) -> str:
+        """The backend in words, e.g. ``processes (2 workers, 1 thread each)``."""
+        return self.executor.describe()
+
+    def close_workers(self) -> None:
+        """Stop the worker processes of the process backend, if any (Ray stays up: it may be a
+        shared cluster)."""
+        self.executor.close()
+
+    # ------------------------------------------------------------ training
     def local_epochs(self, client: int | None) -> int:
         """``federation.local_epochs``, or the client's group's under ``local_epochs_groups``."""
-        f = self.cfg.federation
-        if client is None or not f.local_epochs_groups:
-            return f.local_epochs
-        groups = f.local_epochs_groups
-        return groups[client * len(groups) // self.data.num_clients]
+        return rounds.local_epochs(self.cfg, self.data.num_clients, client)
 
     def train_settings(self, rnd: int, client: int | None = None) -> TrainSettings:
-        f = self.cfg.federation
-        return TrainSettings(
-            lr=f.lr * f.lr_decay**rnd,
-            momentum=f.momentum,
-            weight_decay=f.weight_decay,
-            batch_size=f.batch_size,
-            local_epochs=self.local_epochs(client),
-            drop_last=f.drop_last,
-            seed=self.cfg.seed,
-            cache_features=self.cfg.engine.cache_features,
-            feature_batch_size=self.cfg.engine.eval_batch_size,
-        )
+        return rounds.train_settings(self.cfg, self.data.num_clients, rnd, client)
 
     def train(
         self,
@@ -195,8 +177,6 @@ class Simulation:
         """Every client (not only sampled ones) trains its whole model ``epochs`` epochs locally,
         starting from ``start(client)`` (default: its model in the store); no aggregation.
         Seeds are keyed by round ``federation.rounds`` so they differ from every training round."""
-        from fedpart.engine.recipe import Phase, Recipe
-
         rnd = self.cfg.federation.rounds
         recipe = Recipe(phases=(Phase(blocks=None, epochs=epochs, name="finetune"),))
         begin = start or self.store.client_state
@@ -209,280 +189,44 @@ class Simulation:
     def train_clients(
         self, rnd: int, clients: list[int], backend: Backend | None = None
     ) -> tuple[dict[int, TrainResult], dict[str, Any]]:
-        """Every listed client's local update, its personal tensors kept in the store, and the
-        round's training accounting.
+        """Every listed client's local update (the method's ``local_update``, or what
+        ``backend`` — by default the run's — trains), its personal tensors kept in the store,
+        and the round's training accounting (:func:`fedpart.engine.rounds.train_clients`)."""
+        return rounds.train_clients(self, rnd, clients, backend or self.executor)
 
-        ``backend`` (by default the run's) trains the clients it can first
-        (:mod:`fedpart.engine.backends`); every other client runs the method's ``local_update``
-        here, in client order.
-        """
-        backend = backend or self.executor
-        algo = self.algorithm
-        skip = self.cfg.federation.on_nonfinite == "skip_client"
-        skipped = 0
-        try:
-            batched = backend.train(rnd, clients)
-        except TrainingError:
-            if not skip:
-                raise
-            # train this round's clients one by one to find the one(s) to skip
-            batched = {}
-        results: dict[int, TrainResult] = {}
-        loss_sum = 0.0
-        samples = 0
-        proxy = 0
-        macs = 0.0
-        trainable = 0
-        full_numel = _numel(self.model)
-        for client in clients:
-            try:
-                result = batched.get(client) or algo.local_update(rnd, client)
-            except TrainingError:
-                if not skip:
-                    raise
-                skipped += 1
-                continue
-            if skip and not _all_finite(result.state):
-                skipped += 1  # a finite loss can still end in an overflowed last step
-                continue
-            model = algo.model_for(client)
-            # a capacity-aware method's client trains the model of its width
-            numel = full_numel if model is self.model else _numel(model)
-            trained: set[str] = set()
-            for keys, steps, phase_samples in result.phases:
-                trained.update(keys)
-                proxy += sum(numel[k] for k in keys) * steps
-                macs += self.mac_counter(model).per_sample(result.state, keys) * phase_samples
-            trainable = max(trainable, sum(numel[k] for k in trained))
-            self.store.set_personal(client, result.state)
-            algo.trained(rnd, client, result)
-            results[client] = result
-            loss_sum += result.loss * result.samples
-            samples += result.samples
-        stats = {
-            "participants": len(clients),
-            "train_loss": loss_sum / samples if samples else None,
-            "trainable_params": int(trainable),
-            "compute_proxy": int(proxy),
-            "train_macs": int(macs),
-        }
-        if skip:
-            stats["skipped_nonfinite"] = skipped
-        return results, stats
-
-    def mac_counter(self, model: BlockModel) -> MacCounter:
+    def mac_counter(self, model: BlockModel) -> Any:
         """The multiply-add counter of ``model``: the run's model or a client's narrow one."""
-        if model is self.model:
-            return self.macs
-        counter = self._mac_counters.get(id(model))
-        if counter is None:
-            shape = tuple(self.data.bundle.input_shape)
-            counter = MacCounter(model, shape, self.data.num_classes)
-            self._mac_counters[id(model)] = counter
-        return counter
+        return self._macs(model)
 
-    # ------------------------------------------------------------ backend
-    @property
-    def backend(self) -> str:
-        """The backend's name: ``sequential``, ``batched``, ``processes``, ``ray`` (``flower``)."""
-        return self.executor.name
-
-    @property
-    def _remote(self) -> Any:
-        """The process pool or Ray trainer while one is running."""
-        return self.executor.remote
-
-    def backend_description(self) -> str:
-        """The backend in words, e.g. ``processes (2 workers, 1 thread each)``."""
-        return self.executor.describe()
-
-    def close_workers(self) -> None:
-        """Stop the worker processes of the process backend, if any (Ray stays up: it may be a
-        shared cluster)."""
-        self.executor.close()
-
+    # ------------------------------------------------------------ rounds
     def run_round(self, rnd: int) -> dict[str, Any]:
         """One round: the server round (sample, train, upload, aggregate) or, for decentralized
         methods, every client trains and exchanges along the round's graph."""
         if self.topology is not None:
             return self.decentralized_round(rnd)
-        algo = self.algorithm
-        cfg = self.cfg
-        participants = sample_clients(
-            cfg.seed, rnd, self.data.num_clients, cfg.federation.join_ratio
-        )
-        down_keys = algo.download_keys(rnd)
-        # a capacity-aware method sends each participant the slice of its width
-        down = sum(algo.download_bytes(rnd, c, down_keys) for c in participants)
-        protocol = cfg.evaluation.participants
-        evaluated: dict[str, Any] = {}
-        if protocol in ("before", "both"):
-            states = [algo.received_state(rnd, c) for c in participants]
-            evaluated["participants_accuracy_before"] = self.evaluate_participants(
-                participants, states
-            )
-        failed = self.failed_clients(rnd, participants)
-        straggle = cfg.federation.client_failure_mode == "straggle"
-        training = participants if straggle else [c for c in participants if c not in failed]
-        results, stats = self.train_clients(rnd, training)
-        if protocol in ("after", "both"):
-            evaluated["participants_accuracy_after"] = self.evaluate_participants(
-                list(results), [r.state for r in results.values()]
-            )
-        uploads: dict[int, dict[str, torch.Tensor]] = {}
-        weights: dict[int, float] = {}
-        up_bytes = 0
-        late, self.late = self.late, {}
-        for client, result in results.items():
-            sent = algo.upload(rnd, client, result.state)
-            up_bytes += tensor_bytes(sent)  # counted in the round it is sent, arrived or not
-            weight = float(self.data.clients[client].num_train)
-            if client in failed:  # a straggler's update arrives next round
-                self.late[client] = (sent, weight)
-                continue
-            uploads[client] = sent
-            weights[client] = weight
-        applied = self._apply_late(late, uploads, weights)
-        if uploads:  # a round where nobody returned keeps the model
-            algo.aggregate(rnd, uploads, weights)
-        row = {
-            **stats,
-            **evaluated,
-            "participants": len(participants),
-            "up_bytes": int(up_bytes),
-            "down_bytes": int(down),
-        }
-        f = cfg.federation
-        if f.client_failure or f.client_failure_schedule:
-            row["failed"] = len(failed)
-            if straggle:
-                row["late_applied"] = applied
-        return row
-
-    def failed_clients(self, rnd: int, participants: list[int]) -> set[int]:
-        """The participants of round ``rnd`` that fail to return in time
-        (``federation.client_failure``, ``client_failure_schedule``).
-
-        Client c fails when u[c] < ``client_failure``, u drawn for all clients from a stream
-        keyed by (seed, round): the same clients fail for every method and on resume.
-        """
-        f = self.cfg.federation
-        failed = {c for r, c in f.client_failure_schedule if r == rnd and c in participants}
-        if f.client_failure > 0:
-            u = numpy_rng(self.cfg.seed, "client_failure", rnd).random(self.data.num_clients)
-            failed.update(c for c in participants if u[c] < f.client_failure)
-        return failed
-
-    @staticmethod
-    def _apply_late(
-        late: dict[int, tuple[dict[str, torch.Tensor], float]],
-        uploads: dict[int, dict[str, torch.Tensor]],
-        weights: dict[int, float],
-    ) -> int:
-        """Add last round's late updates to this round's: a client's fresh update replaces its
-        stale one, and a stale one carrying other keys than this round's (a method whose shared
-        blocks changed) is dropped. Returns how many were applied."""
-        keys = set(next(iter(uploads.values()))) if uploads else None
-        applied = 0
-        for client in sorted(late):
-            sent, weight = late[client]
-            if client in uploads or (keys is not None and set(sent) != keys):
-                continue
-            keys = set(sent) if keys is None else keys
-            uploads[client] = sent
-            weights[client] = weight
-            applied += 1
-        return applied
+        return rounds.server_round(self, rnd)
 
     def decentralized_round(self, rnd: int) -> dict[str, Any]:
-        """Every client trains; the method's ``communicate`` mixes along the round's graph
-        (before training when the method's algorithm box aggregates first)."""
-        assert self.topology is not None
-        algo = self.algorithm
-        graph = self.topology.graph(rnd)
-        self.exchange = Exchange(self.data.num_clients)
-        if algo.mix_first:
-            algo.communicate(rnd, graph)
-        clients = list(range(self.data.num_clients))
-        results, stats = self.train_clients(rnd, clients)
-        if not algo.mix_first:
-            # under on_nonfinite=skip_client a discarded client keeps its previous model and
-            # takes no part in this round's exchange (a method that mixes first has already sent)
-            algo.communicate(rnd, graph.isolated([c for c in clients if c not in results]))
-        return {**stats, **self.exchange.row()}
+        return rounds.decentralized_round(self, rnd)
+
+    def failed_clients(self, rnd: int, participants: list[int]) -> set[int]:
+        """The participants of round ``rnd`` that fail to return in time."""
+        return rounds.failed_clients(self.cfg, rnd, participants, self.data.num_clients)
 
     # ------------------------------------------------------------ evaluation
     def evaluate_participants(
         self, clients: list[int], states: list[dict[str, torch.Tensor]]
     ) -> float | None:
-        """Sample-weighted accuracy of ``states[i]`` on client ``clients[i]``'s evaluation split
-        (FL-bench's per-round metric: Σ correct / Σ samples over the round's participants)."""
-        split = self.cfg.evaluation.split
-        index = [getattr(self.data.clients[c], split) for c in clients]
-        outcomes = self.evaluate_states(clients, states, index)
-        total = sum(ok.numel() for ok, _ in outcomes)
-        return float(sum(c for c, _ in _host_sums(outcomes)) / total) if total else None
+        return evaluation.evaluate_participants(self, clients, states)
 
     def evaluate_states(
         self, clients: list[int], states: list[dict[str, torch.Tensor]], index: list[torch.Tensor]
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per-sample (correct, loss) of ``states[i]`` on the samples ``index[i]``, each with the
-        model of client ``clients[i]``: clients are grouped by that model (a capacity-aware
-        method's widths), so the ordinary case is one call sharing body passes across clients."""
-        bs = self.cfg.engine.eval_batch_size
-        models = [self.algorithm.model_for(c) for c in clients]
-        if all(m is self.model for m in models):
-            return evaluate_clients(
-                self.model, states, index, self.data, bs, feature_map=self.executor.feature_map()
-            )
-        out: list[Any] = [None] * len(clients)
-        groups: dict[int, list[int]] = {}
-        for i, m in enumerate(models):
-            groups.setdefault(id(m), []).append(i)
-        for members in groups.values():
-            outcomes = evaluate_clients(
-                models[members[0]],
-                [states[i] for i in members],
-                [index[i] for i in members],
-                self.data,
-                bs,
-            )
-            for i, outcome in zip(members, outcomes, strict=True):
-                out[i] = outcome
-        return out
+        return evaluation.evaluate_states(self, clients, states, index, self.executor)
 
     def evaluate(self) -> dict[str, Any]:
         """Personalised accuracy (each client's model on its own split) and the global accuracy."""
-        split = self.cfg.evaluation.split
-        bs = self.cfg.engine.eval_batch_size
-        n = self.data.num_clients
-        correct = np.zeros(n)
-        total = np.zeros(n)
-        loss = np.zeros(n)
-        states = [self.algorithm.eval_state(c) for c in range(n)]
-        index = [getattr(self.data.clients[c], split) for c in range(n)]
-        outcomes = self.evaluate_states(list(range(n)), states, index)
-        # per client (correct, loss sum) read back to the host in one transfer
-        sums = _host_sums(outcomes)
-        for c, (ok, _) in enumerate(outcomes):
-            correct[c], loss[c] = sums[c]
-            total[c] = ok.numel()
-        has = total > 0
-        acc = np.where(has, correct / np.maximum(total, 1), np.nan)
-        self.client_accuracy = [float(a) if not math.isnan(a) else None for a in acc]
-        row: dict[str, Any] = {
-            "accuracy": float(np.nanmean(acc)) if has.any() else None,
-            "accuracy_weighted": float(correct.sum() / total.sum()) if total.sum() else None,
-            "loss": float(loss.sum() / total.sum()) if total.sum() else None,
-        }
-        if self.algorithm.has_global_model and self.data.global_test is not None:
-            ok, losses = evaluate_samples(
-                self.model, self.store.global_state, self.data, self.data.global_test, bs
-            )
-            accuracy, mean_loss = torch.stack([ok.float().mean(), losses.mean()]).tolist()
-            row["global_accuracy"] = accuracy
-            row["global_loss"] = mean_loss
-        return row
+        return evaluation.evaluate_run(self)
 
     # ----------------------------------------------------------------- run
     def _should_evaluate(self, rnd: int) -> bool:
@@ -654,7 +398,7 @@ class Simulation:
             self,
         )
 
-    # ---------------------------------------------------------- checkpoints
+    # ------------------------------------------------------------ checkpoints
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Everything that evolves over rounds, as flat named tensors."""
         return checkpoint.state_tensors(self)
@@ -663,5 +407,5 @@ class Simulation:
         checkpoint.save_checkpoint(self)
 
     def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        """Restore a checkpoint's tensors and counters (:mod:`fedpart.engine.checkpoint`)."""
+        """Restore a checkpoint's tensors and counters."""
         checkpoint.load_state(self, tensors, meta)
