@@ -5,7 +5,8 @@ each job to the engine module that does it.
 - where local training runs: :mod:`fedpart.engine.backends`
 - the rounds and the training of a round's clients: :mod:`fedpart.engine.rounds`
 - evaluation: :mod:`fedpart.engine.evaluation`
-- the run loop (run files, TensorBoard, checkpoints, progress): :meth:`Simulation.run`
+- the run loop and its observers (run files, TensorBoard, checkpoints, progress):
+  :mod:`fedpart.engine.loop`
 - the checkpoint format: :mod:`fedpart.engine.checkpoint`
 
 Methods, the Flower server (a subclass) and the benchmark harness call the methods of this
@@ -16,16 +17,13 @@ takes effect everywhere.
 
 from __future__ import annotations
 
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedpart.config import Config, dump_config
-from fedpart.engine import build, checkpoint, evaluation, rounds
+from fedpart.config import Config
+from fedpart.engine import build, checkpoint, evaluation, loop, rounds
 from fedpart.engine.backends import (  # noqa: F401 - the names' former home
     PARALLEL_MIN_CLIENT_MACS,
     PARALLEL_MIN_MACS,
@@ -37,44 +35,17 @@ from fedpart.engine.backends import (  # noqa: F401 - the names' former home
 from fedpart.engine.build import (  # noqa: F401 - the names' former home
     channels_last,
     model_options,
-    plain,
     resolved_options,
 )
 from fedpart.engine.checkpoint import CHECKPOINT_FORMAT  # noqa: F401
 from fedpart.engine.data import FederatedData
 from fedpart.engine.decentralized import Exchange
+from fedpart.engine.loop import PROTOCOL_DOCS, Result  # noqa: F401
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.rounds import MacCounters, sample_clients  # noqa: F401
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
 from fedpart.models import BlockModel
-from fedpart.tracking.faults import crash, crash_point
-from fedpart.tracking.run_dir import RunDir, summarize
-
-#: what produced each accuracy of ``summary.json`` (its ``protocols`` entry)
-PROTOCOL_DOCS = {
-    "accuracy": "every client's personalised model on its own evaluation split, mean over clients",
-    "accuracy_weighted": "as accuracy, weighted by the clients' evaluation samples",
-    "global_accuracy": "the server model on the official test split",
-    "participants_accuracy_before": (
-        "FL-bench 'test before': each round's sampled clients, the model each receives before "
-        "local training, sample-weighted over their evaluation splits"
-    ),
-    "participants_accuracy_after": (
-        "FL-bench 'test after': each round's sampled clients after local training, "
-        "sample-weighted over their evaluation splits"
-    ),
-}
-
-
-@dataclass
-class Result:
-    """What a run returns: its summary, per-round metrics, per-client accuracies and directory."""
-
-    summary: dict[str, Any]
-    metrics: list[dict[str, Any]]
-    client_accuracy: list[float]
-    run_dir: Path | None
-    simulation: Simulation | None = field(default=None, repr=False)
+from fedpart.tracking.run_dir import RunDir
 
 
 class Simulation:
@@ -228,175 +199,14 @@ class Simulation:
         """Personalised accuracy (each client's model on its own split) and the global accuracy."""
         return evaluation.evaluate_run(self)
 
-    # ----------------------------------------------------------------- run
-    def _should_evaluate(self, rnd: int) -> bool:
-        last = rnd == self.cfg.federation.rounds - 1
-        return last or (rnd + 1) % self.cfg.evaluation.every == 0
-
+    # ------------------------------------------------------------ the run
     def run(self) -> Result:
-        """Run the remaining rounds, then the method's finishing step and the final evaluation.
-
-        With a run directory, the directory is locked for this process while the run writes it
-        (a second process gets a one-line error).
-        """
-        rd = self.run_dir
-        if rd is None or rd.locked:
-            return self._run()
-        rd.acquire()
-        try:
-            return self._run()
-        finally:
-            rd.release()
-
-    def _run(self) -> Result:
-        cfg = self.cfg
-        rd = self.run_dir
-        if rd is not None and self.rounds_completed == 0 and not self.finished and not self.resumed:
-            rd.prepare(cfg.output.overwrite)
-            if crash_point("run.start"):
-                crash()
-            rd.write_text("config.yaml", dump_config(cfg))
-            if crash_point("run.config"):
-                crash()
-            rd.write_metrics([])
-        tb = self._open_tensorboard()
-        bar = None
-        if not self.quiet:
-            from tqdm import tqdm
-
-            bar = tqdm(
-                total=cfg.federation.rounds,
-                initial=self.rounds_completed,
-                file=sys.stderr,
-                desc=f"{cfg.algorithm.name}",
-                unit="round",
-                dynamic_ncols=True,
-            )
-        try:
-            while self.rounds_completed < cfg.federation.rounds:
-                rnd = self.rounds_completed
-                if rd is not None and crash_point("round.start"):
-                    crash()
-                t0 = time.perf_counter()
-                row: dict[str, Any] = {"round": rnd}
-                row.update(self.run_round(rnd))
-                row.update(self.algorithm.round_metrics())
-                if self._should_evaluate(rnd):
-                    row.update(self.evaluate())
-                else:
-                    row.update(accuracy=None, accuracy_weighted=None, loss=None)
-                self.elapsed += time.perf_counter() - t0
-                row["lr"] = cfg.federation.lr * cfg.federation.lr_decay**rnd
-                row["wall_seconds"] = round(self.elapsed, 4)
-                self.rows.append(row)
-                self.rounds_completed += 1
-                if rd is not None:
-                    rd.append_metrics(row)
-                    if tb is not None:
-                        evaluated = row.get("accuracy") is not None
-                        tb.row(row, self.client_accuracy if evaluated else None)
-                    every = cfg.output.checkpoint_every
-                    if every and self.rounds_completed % every == 0:
-                        self.save_checkpoint()
-                if bar is not None:
-                    bar.update(1)
-                    if row.get("accuracy") is not None:
-                        bar.set_postfix(acc=f"{row['accuracy']:.4f}")
-            if not self.finished:
-                t0 = time.perf_counter()
-                changed = self.algorithm.finish()
-                if changed:
-                    self.final_row = {
-                        "round": cfg.federation.rounds,
-                        "stage": "final",
-                        **self.evaluate(),
-                    }
-                    if rd is not None:
-                        rd.append_metrics(self.final_row)
-                        if tb is not None:
-                            tb.row(self.final_row, self.client_accuracy)
-                elif not self.rows or self.rows[-1].get("accuracy") is None:
-                    self.final_row = {
-                        "round": cfg.federation.rounds,
-                        "stage": "final",
-                        **self.evaluate(),
-                    }
-                    if rd is not None:  # logged too, so metrics.jsonl is what a resume rebuilds
-                        rd.append_metrics(self.final_row)
-                        if tb is not None:
-                            tb.row(self.final_row, self.client_accuracy)
-                self.elapsed += time.perf_counter() - t0
-                self.finished = True
-        finally:
-            if bar is not None:
-                bar.close()
-            if tb is not None:
-                tb.close()
-            self.close_workers()
-        result = self.result()
-        if rd is not None:
-            self.save_checkpoint()
-            rd.write_json("summary.json", result.summary)
-            rd.write_json(
-                "clients.json",
-                {
-                    "client_accuracy": result.client_accuracy,
-                    "client_test_samples": self.client_test_samples,
-                    "client_train_samples": [c.num_train for c in self.data.clients],
-                    **self.capacity.client_json(),
-                },
-            )
-            if crash_point("run.end"):
-                crash()
-        return result
-
-    def _open_tensorboard(self) -> Any:
-        """The run's TensorBoard writer under ``output.tensorboard`` (else None); a resumed run
-        purges the events at and after its checkpoint's round, which it writes again."""
-        if not self.cfg.output.tensorboard or self.run_dir is None:
-            return None
-        from fedpart.tracking.tensorboard import TensorBoardLog
-
-        if self.resumed and self.rounds_completed:
-            return TensorBoardLog(self.run_dir.path, purge_step=self.rounds_completed)
-        tb = TensorBoardLog(self.run_dir.path)  # from round 0: the folder starts empty
-        tb.config(dump_config(self.cfg))
-        return tb
+        """Run the remaining rounds, then the method's finishing step and the final evaluation
+        (:mod:`fedpart.engine.loop`)."""
+        return loop.run(self)
 
     def result(self) -> Result:
-        cfg = self.cfg
-        summary = summarize(
-            self.rows,
-            self.final_row,
-            algorithm=cfg.algorithm.name,
-            dataset=cfg.dataset.name,
-            num_clients=self.data.num_clients,
-            rounds_completed=self.rounds_completed,
-            wall_seconds=round(self.elapsed, 3),
-            last_k=cfg.evaluation.last_k,
-            protocols=PROTOCOL_DOCS,
-            extra={
-                "seed": cfg.seed,
-                "model": cfg.model.name,
-                # the options the model was built with, the method's model_defaults included
-                # (FedBN's BatchNorm): a comparison table marks runs whose model differs
-                "model_options": plain(model_options(cfg, type(self.algorithm))),
-                "determinism": self.determinism,
-                "personal_state_bytes": self.store.personal_bytes(),
-                **(
-                    {cfg.algorithm.name: values}
-                    if (values := self.algorithm.summary_values())
-                    else {}
-                ),
-            },
-        )
-        return Result(
-            summary,
-            list(self.rows),
-            list(self.client_accuracy),
-            self.run_dir.path if self.run_dir else None,
-            self,
-        )
+        return loop.run_result(self)
 
     # ------------------------------------------------------------ checkpoints
     def state_tensors(self) -> dict[str, torch.Tensor]:
