@@ -47,11 +47,12 @@ import torch
 
 from fedpart.config import Config, dump_config, load_config
 from fedpart.engine.backends import Delivered
+from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
 from fedpart.engine.evaluation import evaluate_clients
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import Result, Simulation
 from fedpart.engine.training import TrainResult, train_client
-from fedpart.errors import ConfigError, FedpartError
+from fedpart.errors import FedpartError
 from fedpart.tracking.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -764,11 +765,7 @@ def resume_on_grid(
     ``grid``: :func:`fedpart.resume` with the clients' work on the nodes, each node restoring
     the personal tensors of the checkpoint's round from its ``state-dir``. Ends equal to a run
     that never stopped (but for the wall-clock fields)."""
-    rd = RunDir(run_dir)
-    if not rd.path.is_dir():
-        raise FedpartError(f"{rd.path}: no such run directory")
-    if not (rd.path / "config.yaml").is_file():
-        raise FedpartError(f"{rd.path}: not a fedpart run directory (no config.yaml)")
+    rd = run_directory(run_dir)
     rd.acquire()
     try:
         return _resume_locked(grid, rd, list(overrides), timeout)
@@ -778,44 +775,9 @@ def resume_on_grid(
 
 def _resume_locked(grid: Grid, rd: RunDir, overrides: list[str], timeout: float) -> Result:
     # fedpart.api._resume_locked, building a FlowerSimulation
-    from fedpart.api import _check_config_unchanged, _recovered_rows
-
-    config_path = rd.path / "config.yaml"
-    try:
-        file_cfg = load_config(config_path)
-    except ConfigError as exc:
-        raise ConfigError("", f"{config_path}: {exc}") from exc
-    tensors: dict[str, Any] | None = None
-    meta: dict[str, Any] | None = None
-    if rd.has_checkpoint():
-        tensors, meta = rd.load_checkpoint()
-        _check_config_unchanged(config_path, file_cfg, meta, overrides)
-    else:
-        print("notice: no checkpoint yet; starting again from round 0", file=sys.stderr)
-    cfg = file_cfg.with_overrides(overrides) if overrides else file_cfg
+    cfg, tensors, meta = read_checkpoint(rd, overrides)
     sim = FlowerSimulation(cfg, grid, run_dir=rd.path, timeout=timeout)
-    sim.run_dir = rd  # the handle that holds the lock
-    sim.resumed = True
-    if meta is not None and tensors is not None:
-        done = meta["rounds_completed"]
-        if done > cfg.federation.rounds:
-            raise FedpartError(
-                f"federation.rounds={cfg.federation.rounds} is fewer than the {done} rounds "
-                f"{rd.path} has completed; give federation.rounds={done} or more"
-            )
-        try:
-            sim.load_state(tensors, meta)
-        except FedpartError:
-            raise
-        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
-            raise FedpartError(
-                f"{rd.path}: the checkpoint does not fit this config ({type(exc).__name__}: "
-                f"{exc}); resume with the config the run was started with"
-            ) from exc
-    if sim.rounds_completed < cfg.federation.rounds:
-        sim.finished = False
-        sim.final_row = None
-    rows = _recovered_rows(rd, sim.rounds_completed, meta)
+    rows = restore(sim, rd, tensors, meta)
     sim.connect()  # before anything in the directory changes
     sim.rows = rows
     rd.write_metrics(rows + ([sim.final_row] if sim.finished and sim.final_row else []))

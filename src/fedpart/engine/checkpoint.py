@@ -12,16 +12,23 @@ The tensor names say where each tensor lives:
 ``meta.json`` holds the counters, the metric rows so far, the config, the method's own values
 and the stragglers' weights. The format is versioned by :data:`CHECKPOINT_FORMAT`; a run
 resumes only from a checkpoint of that format.
+
+Resuming (:func:`read_checkpoint`, then :func:`restore` into a freshly built simulation) is
+shared by :func:`fedpart.resume` and the Flower server's resume.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedpart.errors import FedpartError
+from fedpart.config import Config, load_config
+from fedpart.errors import ConfigError, FedpartError
+from fedpart.tracking.run_dir import RunDir
 
 CHECKPOINT_FORMAT = 1
 
@@ -133,3 +140,139 @@ def load_state(sim: Any, tensors: dict[str, torch.Tensor], meta: dict[str, Any])
     sim.elapsed = float(meta.get("elapsed", 0.0))
     sim.client_accuracy = list(meta.get("client_accuracy", []))
     sim.final_row = meta.get("final_row")
+
+
+# ------------------------------------------------------------------ resuming
+def run_directory(path: str | Path) -> RunDir:
+    """The run directory at ``path``, refused in one line unless it holds a run."""
+    rd = RunDir(path)
+    if not rd.path.is_dir():
+        raise FedpartError(f"{rd.path}: no such run directory")
+    if not (rd.path / "config.yaml").is_file():
+        raise FedpartError(f"{rd.path}: not a fedpart run directory (no config.yaml)")
+    return rd
+
+
+def read_checkpoint(
+    rd: RunDir, overrides: list[str]
+) -> tuple[Config, dict[str, Any] | None, dict[str, Any] | None]:
+    """The config to resume ``rd`` with (its config.yaml and ``overrides``), and the tensors and
+    meta of its newest sound checkpoint (``None`` before the first); nothing is changed."""
+    config_path = rd.path / "config.yaml"
+    try:
+        file_cfg = load_config(config_path)
+    except ConfigError as exc:
+        raise ConfigError("", f"{config_path}: {exc}") from exc
+    tensors: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
+    if rd.has_checkpoint():
+        tensors, meta = rd.load_checkpoint()
+        check_config_unchanged(config_path, file_cfg, meta, overrides)
+    else:
+        print("notice: no checkpoint yet; starting again from round 0", file=sys.stderr)
+    cfg = file_cfg.with_overrides(overrides) if overrides else file_cfg
+    return cfg, tensors, meta
+
+
+def restore(
+    sim: Any, rd: RunDir, tensors: dict[str, Any] | None, meta: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Load the checkpoint into ``sim`` (built from :func:`read_checkpoint`'s config), which
+    then writes ``rd`` (the handle holding its lock); returns the rows of the rounds before the
+    checkpoint's, for ``sim.rows`` and metrics.jsonl. Nothing in ``rd`` is changed."""
+    sim.run_dir = rd
+    sim.resumed = True
+    rounds = sim.cfg.federation.rounds
+    if meta is not None and tensors is not None:
+        done = meta["rounds_completed"]
+        if done > rounds:
+            raise FedpartError(
+                f"federation.rounds={rounds} is fewer than the {done} rounds "
+                f"{rd.path} has completed; give federation.rounds={done} or more"
+            )
+        try:
+            sim.load_state(tensors, meta)
+        except FedpartError:
+            raise
+        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+            raise FedpartError(
+                f"{rd.path}: the checkpoint does not fit this config ({type(exc).__name__}: "
+                f"{exc}); resume with the config the run was started with"
+            ) from exc
+    if sim.rounds_completed < rounds:
+        sim.finished = False
+        sim.final_row = None
+    return recovered_rows(rd, sim.rounds_completed, meta)
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and prefix.count(".") < 1:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def check_config_unchanged(
+    path: Path, file_cfg: Config, meta: dict[str, Any], overrides: list[str]
+) -> None:
+    """Refuse a config.yaml whose values differ from those its checkpoint was written under,
+    unless this command's overrides restate each change (a hand edit or a damaged file would
+    otherwise silently change the run)."""
+    saved = meta.get("config")
+    if not isinstance(saved, dict):
+        return  # a checkpoint of an older version: no record to compare with
+    now = _flat(json.loads(json.dumps(file_cfg.to_dict(), default=str)))
+    then = _flat(saved)
+    given = {o.split("=", 1)[0].strip() for o in overrides}
+    for key in sorted(now.keys() & then.keys()):
+        if now[key] != then[key] and key not in given:
+            raise FedpartError(
+                f"{path} differs from the config of its checkpoint at {key} "
+                f"({_short(now[key])}, checkpoint {_short(then[key])}); restore it, or restate "
+                f"the change on the command line: fedpart run --resume {path.parent} "
+                f"{key}={_short(now[key])}"
+            )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def recovered_rows(rd: RunDir, done: int, meta: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The metrics rows of the rounds before the checkpoint's.
+
+    A checkpoint carries its own copy (``meta.rows``); a ``metrics.jsonl`` that disagrees with it
+    below a torn last line was damaged or edited and is named in a notice. For a checkpoint of an
+    older version the rows come from ``metrics.jsonl`` itself.
+    """
+    path = rd.path / "metrics.jsonl"
+    try:
+        file_rows, bad = rd.read_metrics()
+    except OSError as exc:
+        raise FedpartError(f"{path}: cannot read ({exc.strerror})") from exc
+    logged = [r for r in file_rows if r["round"] < done and r.get("stage") is None]
+    if meta is None:
+        return []
+    saved = meta.get("rows")
+    if saved is not None:
+        rows = [r for r in saved if r["round"] < done and r.get("stage") is None]
+        # compared as JSON text: a NaN loss is equal to itself there
+        differs = json.dumps(logged) != json.dumps(rows[: len(logged)])
+        if differs or (bad is not None and len(logged) < len(rows)):
+            where = f" (line {bad} damaged)" if bad is not None else ""
+            print(
+                f"notice: {path} did not match its checkpoint's record of rounds 0-{done - 1}"
+                f"{where}; rewritten from the checkpoint",
+                file=sys.stderr,
+            )
+        return rows
+    if bad is not None and len(logged) < done:
+        raise FedpartError(
+            f"{path}:{bad} is damaged and the checkpoint (of an older version) keeps no copy of "
+            "the rows; repair or delete that line and resume again"
+        )
+    return logged
