@@ -170,7 +170,11 @@ def table(study: str, data_root: str, run: bool) -> str:
         f"Local's margin | meets (≥ {MARGIN:g}) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    met = False
     for pool in spec["pools"]:
+        if met:  # a larger candidate meets the criterion: the smaller ones are not needed
+            lines.append(f"| {pool or 'all'} | — | — | — | — | — | — | not needed |")
+            continue
         recs = {}
         for m in methods:
             if run:
@@ -186,6 +190,7 @@ def table(study: str, data_root: str, run: bool) -> str:
         per = 100 * recs[spec["personalized"]]["accuracy"]
         margin = min(ft, per) - local
         meets = margin >= MARGIN
+        met = met or meets
         n = recs["local"]["samples_per_client"]
         lines.append(
             f"| {pool or 'all'} | {n:.0f} | {local:.2f} | {fedavg:.2f} | {ft:.2f} | {per:.2f} | "
