@@ -170,6 +170,12 @@ EXPERIMENTS = {
     "dfedpgp": _dfedpgp_runs,
 }
 
+
+def experiments() -> dict[str, list[Run]]:
+    """experiment -> [(run name, config, overrides)] (needs the pilot and calibration records)."""
+    return {name: make() for name, make in EXPERIMENTS.items()}
+
+
 KEEP = (
     "round",
     "accuracy",
