@@ -351,6 +351,7 @@ def main() -> None:
     ap.add_argument(
         "--docs", action="store_true", help="rewrite the results pages' generated sections"
     )
+    ap.add_argument("--stems", default="", help="only these methods (run stems, comma-separated)")
     args = ap.parse_args()
     if not args.report:
         chosen = args.only.split(",") if args.only else list(EXPERIMENTS)
@@ -359,6 +360,12 @@ def main() -> None:
             ap.error(f"unknown experiment(s) {unknown}; valid: {', '.join(EXPERIMENTS)}")
         listed = {e: EXPERIMENTS[e]() for e in chosen}
         runs = selected_runs(ap, args, listed)
+        if args.stems:
+            keep = set(args.stems.split(","))
+            # <study>-<partition>-<stem>-seed<s>
+            runs = {
+                n: r for n, r in runs.items() if n.rsplit("-seed", 1)[0].split("-", 2)[2] in keep
+            }
         out = Path(args.out)
         jobs = [
             Job(
