@@ -181,3 +181,13 @@ def pct(values: Sequence[float]) -> str:
     if len(values) == 1:
         return f"{100 * values[0]:.2f}"
     return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
+
+
+def mean_std(values: Sequence[float], digits: int = 3) -> str:
+    """``mean ± std`` of the recorded seeds (std over ≥ 2 seeds), and how many there are."""
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f} (1 seed)"
+    mean, std = statistics.mean(values), statistics.stdev(values)
+    return f"{mean:.{digits}f} ± {std:.{digits}f} ({len(values)} seeds)"

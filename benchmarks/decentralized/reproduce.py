@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from choose_setting import CONFIGS, RECORDS, chosen_pool  # noqa: E402
-from runner import Job, reproduction_parser, run_missing, selected_runs  # noqa: E402
+from runner import Job, mean_std, reproduction_parser, run_missing, selected_runs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SEEDS = (0, 1, 2)
@@ -214,14 +214,6 @@ def load(name: str) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------ report
-def _stat(values: list[float]) -> str:
-    if not values:
-        return "—"
-    if len(values) == 1:
-        return f"{values[0]:.2f} (1)"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)})"
-
-
 def _mb(rec: dict) -> float:
     s = rec["summary"]
     comm = s["communication"]
@@ -249,7 +241,7 @@ def _rows(study: str, part: str, stems: dict[str, tuple], paper_col: int | None)
             else:
                 seeds.append(f"{100 * r['summary']['accuracy']['final']:.2f}")
         mb = f"{statistics.mean(_mb(r) for r in done):.3f}" if done else "—"
-        row = f"| {label} | {_stat(finals)} | {_stat(bests)} | {' | '.join(seeds)} | {mb} |"
+        row = f"| {label} | {mean_std(finals, 2)} | {mean_std(bests, 2)} | {' | '.join(seeds)} | {mb} |"
         if paper_col is not None:
             row += f" {rest[1 + paper_col]:.2f} |"
         lines.append(row)

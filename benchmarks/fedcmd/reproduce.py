@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runner import ROOT, Job, reproduction_parser, run_missing, selected_runs  # noqa: E402
+from runner import ROOT, Job, mean_std, reproduction_parser, run_missing, selected_runs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "results"
@@ -277,15 +277,6 @@ def report() -> str:
                 + " < ".join(order)
             )
     return "\n".join(lines)
-
-
-def mean_std(values: list[float]) -> str:
-    """``mean ± std`` of the recorded seeds (std over ≥ 2 seeds), and how many there are."""
-    if not values:
-        return "—"
-    if len(values) == 1:
-        return f"{values[0]:.3f} (1 seed)"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} ({len(values)} seeds)"
 
 
 def report_table8() -> list[str]:
