@@ -3,7 +3,10 @@ mid-round, a ServerApp killed mid-run and resumed.
 
 One `flower-superlink --insecure` and one `flower-supernode --insecure` per client (each with
 node config `partition-id` and `state-dir`) run as separate processes on localhost; `flwr run
-examples/flower deploy --stream` submits runs to them: the commands of docs/flower.md. Every
+examples/flower deploy --stream` submits runs to them: the commands of docs/flower.md. The
+module starts three such federations, so that its runs go on at the same time without one's
+fault reaching another's run: one runs FedPer and FedCMD uninterrupted, one the run whose
+SuperNode is killed, one the run whose ServerApp is killed and then its resume. Every
 process the module starts, and every process those start, is stopped by it, also when a test
 fails (the module's fixture; the test process adopts orphaned Flower processes as a subreaper
 and reaps them). All files go under pytest's tmp_path (FLWR_HOME included).
@@ -251,13 +254,6 @@ class Federation:
             ["flwr", "run", str(EXAMPLE), "deploy", "--stream", "--run-config", run_config],
         )
 
-    def run_id(self, name: str, limit: float = 120) -> str:
-        deadline = time.monotonic() + limit
-        while not (match := re.search(r"Successfully started run (\d+)", self.log(name))):
-            assert time.monotonic() < deadline, self.log(name)
-            time.sleep(0.5)
-        return match[1]
-
     def finish(self, name: str, limit: float = RUN_LIMIT) -> None:
         """Wait for the `flwr run --stream` of ``name`` to end (with its run)."""
         try:
@@ -293,15 +289,29 @@ class Federation:
 
 
 @pytest.fixture(scope="module")
-def federation(tmp_path_factory):
-    fed = Federation(tmp_path_factory.mktemp("federation"))
+def federations(tmp_path_factory):
+    """Three federations, each a SuperLink with its own SuperNodes: ``ref`` runs the runs that
+    are never interrupted, ``node`` the run whose SuperNode is killed, ``server`` the run whose
+    ServerApp is killed and its resume. A fault in one does not touch the others' runs, so the
+    runs go on at the same time (a killed SuperNode's heartbeat wait overlaps the others'
+    rounds)."""
+    feds: dict[str, Federation] = {}
     _subreaper(True)
     try:
-        fed.start()
-        yield fed
+        for name in ("ref", "node", "server"):
+            feds[name] = Federation(tmp_path_factory.mktemp(name))
+            feds[name].start()
+        yield feds
     finally:
         try:
-            fed.stop()
+            errors = []
+            for fed in feds.values():
+                try:
+                    fed.stop()
+                except BaseException as e:  # stop the others all the same
+                    errors.append(e)
+            if errors:
+                raise errors[0]
         finally:
             _subreaper(False)
 
@@ -343,21 +353,79 @@ def _check_against_fedpart_run(run_dir: Path, overrides: list[str], what: str) -
 
 
 @pytest.fixture(scope="module")
-def deployed(federation):
-    """FedPer and FedCMD, submitted together and run to the end: their run directories."""
+def deployed(federations):
+    """The module's runs, submitted together: FedPer and FedCMD run to the end on ``ref``;
+    FedPer on ``node`` with client 1's SuperNode killed (SIGKILL) while it trains round 0 and
+    started again, run to the end; FedPer on ``server`` with its ServerApp killed (SIGKILL) in
+    round 1 after a node trained it, then resumed with `flwr run ... resume=true` on the same
+    nodes. Their run directories, by name ("killed": the last, after its resume), and
+    "after-kill": what the killed run had left when it was killed."""
+    ref, node, server = federations["ref"], federations["node"], federations["server"]
     runs = {}
     for method in ("fedper", "fedcmd"):
-        out = federation.root / "runs" / method
-        federation.submit(method, _run_config(method, out))
+        out = ref.root / "runs" / method
+        ref.submit(method, _run_config(method, out))
         runs[method] = out
-    for method, out in runs.items():
-        federation.finish(method)
-        assert (out / "summary.json").is_file(), federation.log(method)[-4000:]
+    runs["node-killed"] = node.root / "runs" / "node-killed"
+    node.submit("node-killed", _run_config("fedper", runs["node-killed"]))
+    runs["killed"] = server.root / "runs" / "resumed"
+    server.submit("killed", _run_config("fedper", runs["killed"]))
+
+    from safetensors.torch import load_file
+
+    mid_round = None
+    ckpt = runs["killed"] / "checkpoint" / "state.safetensors"
+    series = None
+    node_killed = server_killed = False
+    deadline = time.monotonic() + RUN_LIMIT
+    while not (node_killed and server_killed):
+        if not node_killed:
+            assert time.monotonic() < deadline, node.log("node-killed")[-4000:]
+            if mid_round is None and (
+                started := re.search(r"Successfully started run (\d+)", node.log("node-killed"))
+            ):
+                mid_round = re.compile(
+                    rf"\[RUN {started[1]}, ROUND 0\]\s*\n[^\n]*Receiving: train message"
+                )
+            if mid_round is not None and mid_round.search(node.log("node1")):
+                node.kill(node.procs["node1"].pid)
+                node.start_node(1)  # the same partition and state-dir
+                node_killed = True
+        if not server_killed:
+            assert time.monotonic() < deadline, server.log("killed")[-4000:]
+            assert server.procs["killed"].poll() is None, server.log("killed")[-4000:]
+            if series is None and ckpt.is_file():
+                with contextlib.suppress(Exception):  # it may be being replaced
+                    series = bytes(load_file(str(ckpt))["flower/series"].tolist()).decode()
+            if series is not None and list(server.root.glob(f"state*/{series}/*/personal-1.*")):
+                (serverapp,) = server.serverapps()
+                server.kill(serverapp)
+                server.kill(server.procs["killed"].pid)  # its log stream
+                server_killed = True
+                # what the killed run left, for the test; then its resume, on the same nodes
+                meta = json.loads((ckpt.parent / "meta.json").read_text())
+                runs["after-kill"] = server.root / "after-kill.json"
+                runs["after-kill"].write_text(
+                    json.dumps(
+                        {
+                            "summary": (runs["killed"] / "summary.json").exists(),
+                            "rounds_completed": meta["rounds_completed"],
+                        }
+                    )
+                )
+                server.submit("resume", _run_config("fedper", runs["killed"]) + " resume=true")
+        time.sleep(0.2)
+    for method in ("fedper", "fedcmd"):
+        ref.finish(method)
+        assert (runs[method] / "summary.json").is_file(), ref.log(method)[-4000:]
+    node.finish("node-killed")
+    server.finish("resume")
     return runs
 
 
-def test_deployed_runs_equal_fedpart_run(federation, deployed):
-    for method, out in deployed.items():
+def test_deployed_runs_equal_fedpart_run(federations, deployed):
+    for method in ("fedper", "fedcmd"):
+        out = deployed[method]
         _check_against_fedpart_run(out, _overrides(method), method)
         rows = _rows(out)
         assert all(r["failed"] == 0 and r["eval_failed"] == 0 for r in rows), method
@@ -371,41 +439,24 @@ def test_deployed_runs_equal_fedpart_run(federation, deployed):
             assert r["train_msg_down_bytes"] == r["down_bytes"]
     # each node keeps its personal tensors under its state-dir, one folder per run
     for client in range(CLIENTS):
-        kept = sorted(p.name for p in (federation.root / f"state{client}").glob("*/*/*"))
+        state = federations["ref"].root / f"state{client}"
+        kept = sorted(p.name for p in state.glob("*/*/*"))
         assert "personal-1.safetensors" in kept, kept
         assert all(re.fullmatch(r"personal-\d+\.safetensors", name) for name in kept), kept
 
 
-def test_serverapp_killed_run_resumes(federation, deployed):
+def test_serverapp_killed_run_resumes(federations, deployed):
     """The ServerApp killed in round 1 after a node trained it (the node is ahead of the
     checkpoint); `flwr run ... resume=true` continues from the checkpoint of round 0 and ends
-    with the numbers of the run that never stopped, traffic counts included."""
-    from safetensors.torch import load_file
+    with the numbers of the run that never stopped, traffic counts included (``deployed`` kills
+    and resumes it)."""
+    server = federations["server"]
+    out = deployed["killed"]
+    after_kill = json.loads(deployed["after-kill"].read_text())
+    assert not after_kill["summary"]
+    assert after_kill["rounds_completed"] == 1
 
-    out = federation.root / "runs" / "resumed"
-    federation.submit("killed", _run_config("fedper", out))
-    ckpt = out / "checkpoint" / "state.safetensors"
-    deadline = time.monotonic() + RUN_LIMIT
-    series = None
-    while True:
-        assert time.monotonic() < deadline, federation.log("killed")[-4000:]
-        assert federation.procs["killed"].poll() is None, federation.log("killed")[-4000:]
-        if series is None and ckpt.is_file():
-            with contextlib.suppress(Exception):  # it may be being replaced
-                series = bytes(load_file(str(ckpt))["flower/series"].tolist()).decode()
-        if series is not None and list(federation.root.glob(f"state*/{series}/*/personal-1.*")):
-            break
-        time.sleep(0.5)
-    (serverapp,) = federation.serverapps()
-    federation.kill(serverapp)
-    federation.kill(federation.procs["killed"].pid)  # its log stream
-    assert not (out / "summary.json").exists()
-    done = json.loads((out / "checkpoint" / "meta.json").read_text())["rounds_completed"]
-    assert done == 1
-
-    federation.submit("resume", _run_config("fedper", out) + " resume=true")
-    federation.finish("resume")
-    assert (out / "summary.json").is_file(), federation.log("resume")[-4000:]
+    assert (out / "summary.json").is_file(), server.log("resume")[-4000:]
     ref = deployed["fedper"]
     got, want = _rows(out), _rows(ref)
     assert [{k: v for k, v in r.items() if k not in WALL} for r in got] == [
@@ -423,23 +474,13 @@ def test_serverapp_killed_run_resumes(federation, deployed):
         fedpart.resume(out)
 
 
-def test_supernode_killed_mid_round(federation):
-    """Client 1's SuperNode killed (SIGKILL) while it trains round 0, then started again: round
-    0 aggregates client 0's update alone and counts the failure, and the run goes on, the
-    restarted node rejoining: `fedpart run` with client 1 failing in round 0 gives the same
-    numbers."""
-    out = federation.root / "runs" / "node-killed"
-    federation.submit("node-killed", _run_config("fedper", out))
-    run_id = federation.run_id("node-killed")
-    mid_round = re.compile(rf"\[RUN {run_id}, ROUND 0\]\s*\n[^\n]*Receiving: train message")
-    deadline = time.monotonic() + RUN_LIMIT
-    while not mid_round.search(federation.log("node1")):
-        assert time.monotonic() < deadline, federation.log("node-killed")[-4000:]
-        time.sleep(0.2)
-    federation.kill(federation.procs["node1"].pid)
-    federation.start_node(1)  # the same partition and state-dir
-    federation.finish("node-killed")
-    assert (out / "summary.json").is_file(), federation.log("node-killed")[-4000:]
+def test_supernode_killed_mid_round(federations, deployed):
+    """Client 1's SuperNode killed (SIGKILL) while it trains round 0, then started again
+    (``deployed`` does both): round 0 aggregates client 0's update alone and counts the
+    failure, and the run goes on, the restarted node rejoining: `fedpart run` with client 1
+    failing in round 0 gives the same numbers."""
+    out = deployed["node-killed"]
+    assert (out / "summary.json").is_file(), federations["node"].log("node-killed")[-4000:]
     rows = _rows(out)
     assert [r["failed"] for r in rows] == [1, 0]
     assert [r["eval_failed"] for r in rows] == [0, 0]
