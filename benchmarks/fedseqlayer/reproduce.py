@@ -1,51 +1,112 @@
-"""Reproduce the MNIST column of Table 2 of the sequential-layer-expansion paper.
+"""Reproduce the MNIST column of Table 2 of the sequential-layer-expansion paper, recorded run by run.
 
-    python benchmarks/fedseqlayer/reproduce.py --rounds 100 --seeds 0 --jobs 2
+    python benchmarks/fedseqlayer/reproduce.py --only table2 --jobs 2   # the page's runs
+    python benchmarks/fedseqlayer/reproduce.py --report                 # tables from the records
 
-Runs the eight methods of the table on the paper's MNIST protocol (configs/centralized/*.yaml;
-data from ../shared/data), two at a time, one torch thread each, and prints a markdown table of
-our accuracies next to the paper's, plus the Table 4 computation proxy from our own accounting.
+Runs the table's eight methods (and FedProx and Ditto for reference) on the paper's MNIST protocol
+(configs/centralized/*.yaml; data from ../shared/data), two at a time, one torch thread each.
+Each finished run leaves a record (its ``summary.json`` and every round's metrics) in
+``benchmarks/fedseqlayer/results/<run>.json``; the tables are printed from the records, so runs
+can be spread over sessions (finished runs are skipped, interrupted ones resume). Experiments:
+``table2`` (T = 100, seed 0), ``table2-seeds`` (seeds 1 and 2), ``fedavg-longer`` (FedAvg at
+T = 200 and 300, the paper's other two columns for it). The Table 4 computation proxy comes from
+the model's parameter counts and the methods' schedules.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runner import DATA_ROOT, ROOT, Job, pct, run_jobs  # noqa: E402
+from runner import ROOT, Job, pct, reproduction_parser, run_missing, selected_runs  # noqa: E402
 
 from fedpart.algorithms.fedseqlayer import unfrozen_blocks
 from fedpart.engine.cost import paper_cost_proxy, trainable_parameters
 from fedpart.models import build_model
 
-# name -> (config, overrides, paper MNIST accuracy at T=100/200/300)
+HERE = Path(__file__).resolve().parent
+RECORDS = HERE / "results"
+
+# stem -> (label, config, overrides, paper MNIST accuracy at T=100/200/300)
 METHODS = {
-    "FedAvg": ("fedavg", [], {100: 91.48, 200: 96.32, 300: 97.48}),
-    "FedPer": ("fedper", [], {100: 98.30}),
-    "LG-FedAvg": ("lgfedavg", [], {100: 97.95}),
-    "FedRep": ("fedrep", [], {100: 98.56}),
-    "FedRoD": ("fedrod", [], {100: 98.61}),
-    "FedBABU": ("fedbabu", [], {100: 98.19}),
-    "Vanilla": ("fedseqlayer", ["algorithm.mode=vanilla"], {100: 98.21}),
-    "Anti": ("fedseqlayer", ["algorithm.mode=anti"], {100: 98.34}),
+    "fedavg": ("FedAvg", "fedavg", (), {100: 91.48, 200: 96.32, 300: 97.48}),
+    "fedper": ("FedPer", "fedper", (), {100: 98.30}),
+    "lgfedavg": ("LG-FedAvg", "lgfedavg", (), {100: 97.95}),
+    "fedrep": ("FedRep", "fedrep", (), {100: 98.56}),
+    "fedrod": ("FedRoD", "fedrod", (), {100: 98.61}),
+    "fedbabu": ("FedBABU", "fedbabu", (), {100: 98.19}),
+    "vanilla": ("Vanilla", "fedseqlayer", ("algorithm.mode=vanilla",), {100: 98.21}),
+    "anti": ("Anti", "fedseqlayer", ("algorithm.mode=anti",), {100: 98.34}),
     # not in the paper's Table 2; run on the same protocol for reference
-    "FedProx": ("fedprox", [], {}),
-    "Ditto": ("ditto", [], {}),
+    "fedprox": ("FedProx (μ = 0.01)", "fedprox", (), {}),
+    "ditto": ("Ditto (λ = 0.1)", "ditto", (), {}),
 }
 
 
-def job(label: str, seed: int, rounds: int, out: Path, data_root: str) -> Job:
-    config, overrides, _ = METHODS[label]
-    return Job(
-        f"{label} seed {seed}",
-        ROOT / "configs/centralized" / f"{config}.yaml",
-        out / f"T{rounds}" / f"{label}-seed{seed}",
-        (*overrides, f"seed={seed}", f"federation.rounds={rounds}", f"dataset.root={data_root}"),
-    )
+def run_name(stem: str, rounds: int, seed: int) -> str:
+    return f"T{rounds}-{stem}-seed{seed}"
+
+
+def _runs(stems: list[str], rounds: int, seeds: tuple[int, ...]) -> list[tuple[str, str, tuple]]:
+    return [
+        (
+            run_name(stem, rounds, seed),
+            METHODS[stem][1],
+            (*METHODS[stem][2], f"seed={seed}", f"federation.rounds={rounds}"),
+        )
+        for seed in seeds
+        for stem in stems
+    ]
+
+
+def experiments() -> dict[str, list[tuple[str, str, tuple]]]:
+    """Experiment -> its runs: (run name, config under configs/centralized/, overrides)."""
+    return {
+        "table2": _runs(list(METHODS), 100, (0,)),
+        "table2-seeds": _runs(list(METHODS), 100, (1, 2)),
+        "fedavg-longer": _runs(["fedavg"], 200, (0,)) + _runs(["fedavg"], 300, (0,)),
+    }
+
+
+def record(name: str, summary: dict, run_dir: Path) -> None:
+    """Keep the run's summary and every round's metrics (the run directory itself is not kept)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    RECORDS.mkdir(exist_ok=True)
+    text = json.dumps({"run": name, "summary": summary, "rounds": rows}, indent=1)
+    (RECORDS / f"{name}.json").write_text(text + "\n")
+
+
+def load(name: str) -> dict | None:
+    path = RECORDS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def accuracy_table(rounds: int) -> str:
+    """Table 2's column at ``rounds`` from the records (all seeds recorded; methods without a
+    record are listed as such)."""
+    lines = [
+        f"MNIST, T = {rounds}; accuracies in % (weighted = Σ correct / Σ test samples)\n",
+        "| method | paper | ours weighted, final | ours weighted, best round "
+        "| ours mean over clients, final | seeds | wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for stem, (label, _, _, paper) in METHODS.items():
+        recs = [r for seed in range(3) if (r := load(run_name(stem, rounds, seed)))]
+        ours = [r["summary"] for r in recs]
+        ref = f"{paper[rounds]:.2f}" if rounds in paper else "—" if paper else "not in Table 2"
+        if not ours:
+            if rounds == 100 or paper.get(rounds):
+                lines.append(f"| {label} | {ref} | not recorded | | | 0 | |")
+            continue
+        wf = pct([s["accuracy_weighted"]["final"] for s in ours])
+        wb = pct([s["accuracy_weighted"]["best"] for s in ours])
+        mf = pct([s["accuracy"]["final"] for s in ours])
+        wall = statistics.mean(s["wall_seconds"] for s in ours)
+        lines.append(f"| {label} | {ref} | {wf} | {wb} | {mf} | {len(ours)} | {wall:.0f} |")
+    return "\n".join(lines)
 
 
 def cost_table() -> str:
@@ -73,48 +134,29 @@ def cost_table() -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def report() -> str:
+    return "\n\n".join(
+        [accuracy_table(100), accuracy_table(200), accuracy_table(300), cost_table()]
     )
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--seeds", default="0", help="comma-separated seeds")
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--data-root", default=DATA_ROOT)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/fedseqlayer/runs"))
-    args = ap.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    labels = args.methods.split(",")
-    out = Path(args.out)
-    t0 = time.time()
-    jobs = [(label, seed) for label in labels for seed in seeds]
-    results = run_jobs(
-        [job(lb, sd, args.rounds, out, args.data_root) for lb, sd in jobs], args.jobs
-    )
-    by_label: dict[str, list[dict]] = {}
-    for (label, _), summary in zip(jobs, results, strict=True):
-        by_label.setdefault(label, []).append(summary)
 
-    print(
-        f"MNIST, T = {args.rounds}, seeds {seeds}; accuracies in % (weighted = Σ correct / Σ test samples)\n"
-    )
-    print(
-        "| method | paper | ours weighted, final | ours weighted, best | ours mean over clients, final | wall s |"
-    )
-    print("| --- | --- | --- | --- | --- | --- |")
-    for label in labels:
-        runs = by_label[label]
-        paper = METHODS[label][2].get(args.rounds)
-        wf = pct([r["accuracy_weighted"]["final"] for r in runs])
-        wb = pct([r["accuracy_weighted"]["best"] for r in runs])
-        mf = pct([r["accuracy"]["final"] for r in runs])
-        wall = statistics.mean(r["wall_seconds"] for r in runs)
-        print(
-            f"| {label} | {paper if paper is not None else '-'} | {wf} | {wb} | {mf} | {wall:.0f} |"
-        )
-    print(f"\ntotal wall time: {time.time() - t0:.0f} s ({args.jobs} jobs in parallel)\n")
-    print(cost_table())
+
+def main() -> None:
+    ap = reproduction_parser(__doc__, list(experiments()))
+    ap.add_argument("--out", default=str(HERE / "runs"))
+    args = ap.parse_args()
+    if not args.report:
+        runs = selected_runs(ap, args, experiments())
+        jobs = [
+            Job(
+                name,
+                ROOT / "configs/centralized" / f"{config}.yaml",
+                Path(args.out) / name,
+                (*overrides, f"dataset.root={args.data_root}"),
+            )
+            for name, (config, overrides) in runs.items()
+        ]
+        run_missing(jobs, load, record, args.jobs)
+    print(report())
 
 
 if __name__ == "__main__":
