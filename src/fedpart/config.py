@@ -451,6 +451,49 @@ def _range(
         raise ConfigError(key, f"must be <= {hi}, got {value}")
 
 
+#: the limits an options dataclass's field may declare in its metadata, checked by
+#: :func:`check_limits`: bounds (``ge`` ≥, ``gt`` >, ``le`` ≤, ``lt`` <) and ``choices``
+LIMITS = ("ge", "gt", "le", "lt", "choices")
+
+
+def check_limits(options: Any, section: str) -> None:
+    """Check every field of the dataclass ``options`` against the limits its metadata declares
+    (:data:`LIMITS`); ``None`` passes (an unset optional value), a list is checked item by item.
+    Raises a one-line :class:`ConfigError` naming ``section.field`` and what it allows."""
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        limits = {k: f.metadata[k] for k in LIMITS if k in f.metadata}
+        if value is None or not limits:
+            continue
+        key = f"{section}.{f.name}"
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                _check_limit(f"{key}[{i}]", item, limits)
+        else:
+            _check_limit(key, value, limits)
+
+
+def _check_limit(key: str, value: Any, limits: dict[str, Any]) -> None:
+    choices = limits.get("choices")
+    if choices is not None and value not in choices:
+        valid = ", ".join(str(c) for c in choices)
+        raise ConfigError(key, f"unknown value '{value}'; valid choices: {valid}")
+    lo, lo_open = (limits["gt"], True) if "gt" in limits else (limits.get("ge"), False)
+    hi, hi_open = (limits["lt"], True) if "lt" in limits else (limits.get("le"), False)
+    # written as "not inside" so that a NaN fails too
+    too_low = lo is not None and not (value > lo if lo_open else value >= lo)
+    too_high = hi is not None and not (value < hi if hi_open else value <= hi)
+    if not (too_low or too_high):
+        return
+    if lo is not None and hi is not None:
+        bound = f"in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+    elif lo is not None:
+        bound = f"{'>' if lo_open else '>='} {lo}"
+    else:
+        bound = f"{'<' if hi_open else '<='} {hi}"
+    raise ConfigError(key, f"must be {bound}, got {value}")
+
+
 def _check_options(section: str, name: str, given: dict[str, Any], valid: dict[str, str]) -> None:
     for opt in given:
         if opt not in valid:

@@ -35,7 +35,9 @@ class Algorithm:
       ``name``: registry name; ``summary``: one line for ``fedpart list``;
       ``setting``: ``centralized``, ``cloud-edge`` or ``decentralized``;
       ``Options``: a dataclass of the method's hyperparameters (``algorithm.*`` keys), whose
-      fields carry a ``doc`` in their metadata and which may define ``check()``;
+      fields carry a ``doc`` and their limits (``ge``, ``gt``, ``le``, ``lt``, ``choices``:
+      ``fedpart.config.check_limits``) in their metadata, and which may define ``validate()``
+      for what one field's limits cannot say;
       ``has_global_model``: whether a server model exists to evaluate globally;
       ``backends``: the engine backends it supports.
     """
@@ -68,7 +70,7 @@ class Algorithm:
     @classmethod
     def parse_options(cls, raw: dict[str, Any]) -> Any:
         """Validate ``algorithm.*`` values into ``cls.Options``; raise ConfigError on bad input."""
-        from fedpart.config import _coerce  # noqa: PLC0415 - shared type checking
+        from fedpart.config import _coerce, check_limits  # noqa: PLC0415 - shared checking
 
         hints = typing.get_type_hints(cls.Options)
         values = {}
@@ -80,9 +82,10 @@ class Algorithm:
                 )
             values[key] = _coerce(value, hints[key], f"algorithm.{key}")
         options = cls.Options(**values)
-        check = getattr(options, "check", None)
-        if check is not None:
-            check()
+        check_limits(options, "algorithm")
+        validate = getattr(options, "validate", None)
+        if validate is not None:
+            validate()  # what one field's limits cannot say (a list's order, two fields)
         return options
 
     @classmethod

@@ -14,7 +14,6 @@ import dataclasses
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import Recipe, head_then_body
-from fedpart.errors import ConfigError
 
 
 @register
@@ -39,14 +38,11 @@ class DFedAvgMP(Decentralized):
         head_epochs: int = dataclasses.field(
             default=1,
             metadata={
+                "ge": 0,
                 "doc": "epochs of the head phase before the body phase, as DFedPGP's recipe "
-                "(0: head and body trained jointly)"
+                "(0: head and body trained jointly)",
             },
         )
-
-        def check(self) -> None:
-            if self.head_epochs < 0:
-                raise ConfigError("algorithm.head_epochs", f"must be >= 0, got {self.head_epochs}")
 
     def personal_blocks(self) -> set[str]:
         return set(self.sim.model.head_names)

@@ -22,7 +22,6 @@ import dataclasses
 from fedpart.algorithms.decentralized import PushSum
 from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import Recipe, head_then_body
-from fedpart.errors import ConfigError
 
 
 @register
@@ -35,19 +34,12 @@ class DFedPGP(PushSum):
     @dataclasses.dataclass
     class Options:
         head_epochs: int = dataclasses.field(
-            default=1, metadata={"doc": "K_v: epochs of the head phase (the paper: 1)"}
+            default=1, metadata={"ge": 0, "doc": "K_v: epochs of the head phase (the paper: 1)"}
         )
         head_lr_scale: float = dataclasses.field(
-            default=1.0, metadata={"doc": "η_v / η_u (the paper states only η_u; default 1)"}
+            default=1.0,
+            metadata={"ge": 0, "doc": "η_v / η_u (the paper states only η_u; default 1)"},
         )
-
-        def check(self) -> None:
-            if self.head_epochs < 0:
-                raise ConfigError("algorithm.head_epochs", f"must be >= 0, got {self.head_epochs}")
-            if self.head_lr_scale < 0:
-                raise ConfigError(
-                    "algorithm.head_lr_scale", f"must be >= 0, got {self.head_lr_scale}"
-                )
 
     def personal_blocks(self) -> set[str]:
         return set(self.sim.model.head_names)

@@ -52,7 +52,6 @@ from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import Recipe, cross_entropy
 from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import TrainResult, batch_slices
-from fedpart.errors import ConfigError
 from fedpart.topology import Graph
 
 #: sub-streams of the ``(seed, "algorithm", ...)`` seeds
@@ -161,36 +160,44 @@ class DisPFL(Decentralized):
         dense_ratio: float = dataclasses.field(
             default=0.5,
             metadata={
-                "doc": "overall density of every client's mask (the paper's main setting: 0.5)"
+                "gt": 0,
+                "le": 1,
+                "doc": "overall density of every client's mask (the paper's main setting: 0.5)",
             },
         )
         anneal_factor: float = dataclasses.field(
             default=0.5,
             metadata={
+                "ge": 0,
+                "le": 1,
                 "doc": "α: fraction of active weights swapped in round 0, cosine-annealed "
-                "(the official default 0.5; 0 keeps the masks fixed)"
+                "(the official default 0.5; 0 keeps the masks fixed)",
             },
         )
         regrow: str = dataclasses.field(
             default="gradient",
             metadata={
+                "choices": ("gradient", "random"),
                 "doc": "gradient (the paper: largest |gradient| on one batch) or random "
-                "(the official scripts' --dis_gradient_check)"
+                "(the official scripts' --dis_gradient_check)",
             },
         )
         distribution: str = dataclasses.field(
             default="erk",
             metadata={
-                "doc": "layer densities: erk (the paper) or uniform (every layer dense_ratio)"
+                "choices": ("erk", "uniform"),
+                "doc": "layer densities: erk (the paper) or uniform (every layer dense_ratio)",
             },
         )
         erk_power_scale: float = dataclasses.field(
-            default=1.0, metadata={"doc": "exponent of the ERK score (the official default 1)"}
+            default=1.0,
+            metadata={"ge": 0, "doc": "exponent of the ERK score (the official default 1)"},
         )
         anneal_rounds: int = dataclasses.field(
             default=0,
             metadata={
-                "doc": "T of the cosine schedule (0: federation.rounds, as the official code)"
+                "ge": 0,
+                "doc": "T of the cosine schedule (0: federation.rounds, as the official code)",
             },
         )
         mask_bitmap: bool = dataclasses.field(
@@ -200,33 +207,6 @@ class DisPFL(Decentralized):
                 "the values (false: values only, as the official count of nonzeros)"
             },
         )
-
-        def check(self) -> None:
-            if not 0.0 < self.dense_ratio <= 1.0:
-                raise ConfigError(
-                    "algorithm.dense_ratio", f"must be in (0, 1], got {self.dense_ratio}"
-                )
-            if not 0.0 <= self.anneal_factor <= 1.0:
-                raise ConfigError(
-                    "algorithm.anneal_factor", f"must be in [0, 1], got {self.anneal_factor}"
-                )
-            if self.regrow not in ("gradient", "random"):
-                raise ConfigError(
-                    "algorithm.regrow", f"invalid value {self.regrow!r}; valid: gradient, random"
-                )
-            if self.distribution not in ("erk", "uniform"):
-                raise ConfigError(
-                    "algorithm.distribution",
-                    f"invalid value {self.distribution!r}; valid: erk, uniform",
-                )
-            if self.erk_power_scale < 0:
-                raise ConfigError(
-                    "algorithm.erk_power_scale", f"must be >= 0, got {self.erk_power_scale}"
-                )
-            if self.anneal_rounds < 0:
-                raise ConfigError(
-                    "algorithm.anneal_rounds", f"must be >= 0, got {self.anneal_rounds}"
-                )
 
     # ------------------------------------------------------------ step 0: initial masks
     def setup(self) -> None:

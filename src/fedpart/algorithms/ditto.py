@@ -9,28 +9,21 @@ import torch
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
-from fedpart.errors import ConfigError
 
 
 @dataclass
 class DittoOptions:
     lam: float = field(
-        default=0.1, metadata={"doc": "λ of the personal objective F_i(v) + (λ/2)||v − w||²"}
+        default=0.1,
+        metadata={"ge": 0, "doc": "λ of the personal objective F_i(v) + (λ/2)||v − w||²"},
     )
     personal_epochs: int | None = field(
         default=None,
         metadata={
-            "doc": "epochs on the personal model per round (default federation.local_epochs)"
+            "ge": 0,
+            "doc": "epochs on the personal model per round (default federation.local_epochs)",
         },
     )
-
-    def check(self) -> None:
-        if self.lam < 0:
-            raise ConfigError("algorithm.lam", f"must be >= 0, got {self.lam}")
-        if self.personal_epochs is not None and self.personal_epochs < 0:
-            raise ConfigError(
-                "algorithm.personal_epochs", f"must be >= 0, got {self.personal_epochs}"
-            )
 
 
 @register

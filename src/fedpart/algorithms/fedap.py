@@ -18,7 +18,7 @@ from fedpart.engine.mixing import mix_states, tensor_bytes
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import sample_clients
 from fedpart.engine.training import TrainResult
-from fedpart.errors import ConfigError, DataError
+from fedpart.errors import DataError
 
 State = dict[str, torch.Tensor]
 
@@ -34,68 +34,51 @@ class FedAPOptions:
     model_momentum: float = field(
         default=0.5,
         metadata={
-            "doc": "λ: a client's weight on its own model; the others share 1 − λ (FedCMD: 0.5)"
+            "ge": 0,
+            "le": 1,
+            "doc": "λ: a client's weight on its own model; the others share 1 − λ (FedCMD: 0.5)",
         },
     )
     warmup_ratio: float = field(
         default=0.5,
         metadata={
-            "doc": "the first int(ratio · federation.rounds) rounds pre-train (FL-bench: 0.5)"
+            "ge": 0,
+            "le": 1,
+            "doc": "the first int(ratio · federation.rounds) rounds pre-train (FL-bench: 0.5)",
         },
     )
     warmup_rounds: int | None = field(
         default=None,
         metadata={
-            "doc": "the number of pre-training rounds instead (FL-bench's warmup_round >= 1)"
+            "ge": 0,
+            "doc": "the number of pre-training rounds instead (FL-bench's warmup_round >= 1)",
         },
     )
     pretrain: str = field(
         default="sequential",
         metadata={
+            "choices": PRETRAIN_MODES,
             "doc": "sequential (FL-bench's FedAP: every client in turn trains the one model on "
-            "its pre-training share) or fedavg (f-FedAP: FedAvg of the sampled clients)"
+            "its pre-training share) or fedavg (f-FedAP: FedAvg of the sampled clients)",
         },
     )
     pretrain_data_ratio: float = field(
         default=0.3,
         metadata={
+            "gt": 0,
+            "lt": 1,
             "doc": "sequential: share of each client's training data used for pre-training and "
-            "the statistics; the rest trains afterwards (FL-bench: 0.3)"
+            "the statistics; the rest trains afterwards (FL-bench: 0.3)",
         },
     )
     pretrain_epochs: int | None = field(
         default=None,
         metadata={
+            "ge": 0,
             "doc": "local epochs of a pre-training turn (default federation.local_epochs, as in "
-            "the FL-bench version FedCMD ran; later FL-bench uses 1)"
+            "the FL-bench version FedCMD ran; later FL-bench uses 1)",
         },
     )
-
-    def check(self) -> None:
-        if self.warmup_rounds is not None and self.warmup_rounds < 0:
-            raise ConfigError("algorithm.warmup_rounds", f"must be >= 0, got {self.warmup_rounds}")
-        if not 0.0 <= self.model_momentum <= 1.0:
-            raise ConfigError(
-                "algorithm.model_momentum", f"must be in [0, 1], got {self.model_momentum}"
-            )
-        if not 0.0 <= self.warmup_ratio <= 1.0:
-            raise ConfigError(
-                "algorithm.warmup_ratio", f"must be in [0, 1], got {self.warmup_ratio}"
-            )
-        if self.pretrain not in PRETRAIN_MODES:
-            raise ConfigError(
-                "algorithm.pretrain",
-                f"must be one of {', '.join(PRETRAIN_MODES)}, got {self.pretrain!r}",
-            )
-        if not 0.0 < self.pretrain_data_ratio < 1.0:
-            raise ConfigError(
-                "algorithm.pretrain_data_ratio",
-                f"must be in (0, 1), got {self.pretrain_data_ratio}",
-            )
-        if self.pretrain_epochs is not None and self.pretrain_epochs < 0:
-            raise ConfigError(
-                "algorithm.pretrain_epochs", f"must be >= 0, got {self.pretrain_epochs}"
-            )
 
 
 # ------------------------------------------------------------------------- statistics

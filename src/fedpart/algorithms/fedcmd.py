@@ -49,17 +49,26 @@ SWITCHES: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 
 
+def _auto_or(switch: str) -> tuple[str, ...]:
+    """A switch's values: ``auto`` (the variant's) or one of its choices."""
+    return ("auto", *SWITCHES[switch][0])
+
+
 @dataclass
 class FedCMDOptions:
     variant: str = field(
         default="paper",
-        metadata={"doc": "paper or code: the default of every switch below (spec §2.5)"},
+        metadata={
+            "choices": VARIANTS,
+            "doc": "paper or code: the default of every switch below (spec §2.5)",
+        },
     )
     rho: float = field(
-        default=0.1, metadata={"doc": "ρ: the selection phase lasts K_p = ⌊ρ·rounds⌋ rounds"}
+        default=0.1,
+        metadata={"ge": 0, "le": 1, "doc": "ρ: the selection phase lasts K_p = ⌊ρ·rounds⌋ rounds"},
     )
     selection_rounds: int | None = field(
-        default=None, metadata={"doc": "K_p directly (overrides rho; Table IX: 20..100)"}
+        default=None, metadata={"ge": 0, "doc": "K_p directly (overrides rho; Table IX: 20..100)"}
     )
     candidates: list[str] | None = field(
         default=None,
@@ -79,62 +88,58 @@ class FedCMDOptions:
     granularity: str = field(
         default="batch",
         metadata={
+            "choices": ("batch", "post_train"),
             "doc": "batch: every local batch votes (the code); post_train: one vote per client "
-            "from its trained model on its training data (Alg. 2 lines 9-11)"
+            "from its trained model on its training data (Alg. 2 lines 9-11)",
         },
     )
-    eps: float = field(default=1e-8, metadata={"doc": "ε of the cosine similarity (Eq. 8)"})
+    eps: float = field(
+        default=1e-8, metadata={"ge": 0, "doc": "ε of the cosine similarity (Eq. 8)"}
+    )
     w2: str = field(
-        default="auto", metadata={"doc": "closed_form (paper) or mean_only |μ1−μ2| (code)"}
+        default="auto",
+        metadata={
+            "choices": _auto_or("w2"),
+            "doc": "closed_form (paper) or mean_only |μ1−μ2| (code)",
+        },
     )
     score: str = field(
         default="auto",
-        metadata={"doc": "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)"},
+        metadata={
+            "choices": _auto_or("score"),
+            "doc": "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)",
+        },
     )
     tie_break: str = field(
-        default="auto", metadata={"doc": "first (lowest index) or prefer_fc2 (code) on equal s_l"}
+        default="auto",
+        metadata={
+            "choices": _auto_or("tie_break"),
+            "doc": "first (lowest index) or prefer_fc2 (code) on equal s_l",
+        },
     )
     similarity: str = field(
         default="auto",
         metadata={
+            "choices": _auto_or("similarity"),
             "doc": "parameters: cos of flattened φ (paper); weight_deltas: row-wise cos of the "
-            "weight update, mean (code); both clipped at 0"
+            "weight update, mean (code); both clipped at 0",
         },
     )
     phi_norm: str = field(
         default="auto",
-        metadata={"doc": "linear Φ_ij/Σ_j Φ_ij over Φ_ij > 0 (paper) or softmax over all N (code)"},
+        metadata={
+            "choices": _auto_or("phi_norm"),
+            "doc": "linear Φ_ij/Σ_j Φ_ij over Φ_ij > 0 (paper) or softmax over all N (code)",
+        },
     )
     phase1_weights: str = field(
         default="auto",
         metadata={
+            "choices": _auto_or("phase1_weights"),
             "doc": "data_size FedAvg of the participants (paper) or all_clients_uniform: uniform "
-            "mean of every client's latest model, stale ones included (code)"
+            "mean of every client's latest model, stale ones included (code)",
         },
     )
-
-    def check(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ConfigError(
-                "algorithm.variant", f"unknown variant '{self.variant}'; valid: paper, code"
-            )
-        for name, (choices, _, _) in SWITCHES.items():
-            value = getattr(self, name)
-            if value != "auto" and value not in choices:
-                raise ConfigError(
-                    f"algorithm.{name}",
-                    f"unknown value '{value}'; valid choices: auto, {', '.join(choices)}",
-                )
-        if not 0 <= self.rho <= 1:
-            raise ConfigError("algorithm.rho", f"must be in [0, 1], got {self.rho}")
-        if self.selection_rounds is not None and self.selection_rounds < 0:
-            raise ConfigError("algorithm.selection_rounds", "must be >= 0")
-        if self.granularity not in ("batch", "post_train"):
-            raise ConfigError(
-                "algorithm.granularity", f"unknown '{self.granularity}'; valid: batch, post_train"
-            )
-        if self.eps < 0:
-            raise ConfigError("algorithm.eps", "must be >= 0")
 
     def switch(self, name: str) -> str:
         """The value of a switch: its own setting, or the variant's."""

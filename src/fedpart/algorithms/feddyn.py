@@ -13,7 +13,6 @@ from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
 from fedpart.engine.store import pack_clients, unpack_clients
-from fedpart.errors import ConfigError
 
 State = dict[str, torch.Tensor]
 
@@ -22,12 +21,11 @@ State = dict[str, torch.Tensor]
 class FedDynOptions:
     alpha: float = field(
         default=0.01,
-        metadata={"doc": "α of the regularizer −⟨g_i, θ⟩ + (α/2)‖θ − θ^{t−1}‖² (FedCMD: 0.01)"},
+        metadata={
+            "gt": 0,
+            "doc": "α of the regularizer −⟨g_i, θ⟩ + (α/2)‖θ − θ^{t−1}‖² (FedCMD: 0.01)",
+        },
     )
-
-    def check(self) -> None:
-        if not self.alpha > 0:
-            raise ConfigError("algorithm.alpha", f"must be > 0, got {self.alpha}")
 
 
 def linear(direction: Mapping[str, torch.Tensor]) -> Callable[[Mapping[str, torch.Tensor]], Any]:

@@ -12,7 +12,6 @@ from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.holdout import mean_loss, split_train, train_on
 from fedpart.algorithms.registry import register
 from fedpart.engine.mixing import mix_states, normalize_rows, tensor_bytes
-from fedpart.errors import ConfigError
 
 State = dict[str, torch.Tensor]
 
@@ -23,11 +22,16 @@ _VAL_STREAM = 0
 @dataclass
 class FedFomoOptions:
     M: int = field(
-        default=5, metadata={"doc": "models downloaded per client and round (FedCMD: 5; 0 = Local)"}
+        default=5,
+        metadata={"ge": 0, "doc": "models downloaded per client and round (FedCMD: 5; 0 = Local)"},
     )
     val_ratio: float = field(
         default=0.2,
-        metadata={"doc": "share of each client's training data held out to weight the models"},
+        metadata={
+            "ge": 0,
+            "lt": 1,
+            "doc": "share of each client's training data held out to weight the models",
+        },
     )
     val_resplit: bool = field(
         default=False,
@@ -36,12 +40,6 @@ class FedFomoOptions:
             "(the FL-bench version FedCMD ran)"
         },
     )
-
-    def check(self) -> None:
-        if self.M < 0:
-            raise ConfigError("algorithm.M", f"must be >= 0, got {self.M}")
-        if not 0.0 <= self.val_ratio < 1.0:
-            raise ConfigError("algorithm.val_ratio", f"must be in [0, 1), got {self.val_ratio}")
 
 
 @dataclass

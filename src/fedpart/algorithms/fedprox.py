@@ -5,18 +5,13 @@ from dataclasses import dataclass, field
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
-from fedpart.errors import ConfigError
 
 
 @dataclass
 class FedProxOptions:
     mu: float = field(
-        default=0.01, metadata={"doc": "proximal weight: loss + (mu/2)·||w - w_global||²"}
+        default=0.01, metadata={"ge": 0, "doc": "proximal weight: loss + (mu/2)·||w - w_global||²"}
     )
-
-    def check(self) -> None:
-        if self.mu < 0:
-            raise ConfigError("algorithm.mu", f"must be >= 0, got {self.mu}")
 
 
 @register

@@ -5,24 +5,18 @@ from dataclasses import dataclass, field
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import Recipe, head_then_body
-from fedpart.errors import ConfigError
 
 
 @dataclass
 class FedRepOptions:
     head_epochs: int = field(
         default=1,
-        metadata={"doc": "epochs of the head phase (PFLlib default 1; the paper uses 10)"},
+        metadata={"ge": 0, "doc": "epochs of the head phase (PFLlib default 1; the paper uses 10)"},
     )
     body_epochs: int | None = field(
-        default=None, metadata={"doc": "epochs of the body phase (default federation.local_epochs)"}
+        default=None,
+        metadata={"ge": 0, "doc": "epochs of the body phase (default federation.local_epochs)"},
     )
-
-    def check(self) -> None:
-        if self.head_epochs < 0:
-            raise ConfigError("algorithm.head_epochs", f"must be >= 0, got {self.head_epochs}")
-        if self.body_epochs is not None and self.body_epochs < 0:
-            raise ConfigError("algorithm.body_epochs", f"must be >= 0, got {self.body_epochs}")
 
 
 @register

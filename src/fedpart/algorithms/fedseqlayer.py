@@ -27,11 +27,14 @@ MODES = ("vanilla", "anti", "all")
 class SeqLayerOptions:
     mode: str = field(
         default="vanilla",
-        metadata={"doc": "vanilla (input→output), anti (output→input) or all (FedBABU)"},
+        metadata={
+            "choices": MODES,
+            "doc": "vanilla (input→output), anti (output→input) or all (FedBABU)",
+        },
     )
     unfreeze_rounds: list[int] = field(
         default_factory=lambda: [0, 100, 200],
-        metadata={"doc": "rounds t_1 < t_2 < … at which base blocks unfreeze"},
+        metadata={"ge": 0, "doc": "rounds t_1 < t_2 < … at which base blocks unfreeze"},
     )
     base_blocks: list[str] | None = field(
         default=None,
@@ -41,25 +44,17 @@ class SeqLayerOptions:
     )
     finetune_epochs: int = field(
         default=10,
-        metadata={"doc": "F: local epochs of whole-model fine-tuning after the last round"},
+        metadata={
+            "ge": 0,
+            "doc": "F: local epochs of whole-model fine-tuning after the last round",
+        },
     )
 
-    def check(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(
-                "algorithm.mode", f"unknown mode '{self.mode}'; valid choices: {', '.join(MODES)}"
-            )
-        if self.finetune_epochs < 0:
-            raise ConfigError(
-                "algorithm.finetune_epochs", f"must be >= 0, got {self.finetune_epochs}"
-            )
+    def validate(self) -> None:
         rounds = self.unfreeze_rounds
-        if any(t < 0 for t in rounds) or any(
-            b <= a for a, b in zip(rounds, rounds[1:], strict=False)
-        ):
+        if any(b <= a for a, b in zip(rounds, rounds[1:], strict=False)):
             raise ConfigError(
-                "algorithm.unfreeze_rounds",
-                f"must be non-negative and strictly increasing, got {rounds}",
+                "algorithm.unfreeze_rounds", f"must be strictly increasing, got {rounds}"
             )
 
 
@@ -120,7 +115,10 @@ class SeqLayer(Algorithm):
 class FedBABUOptions:
     finetune_epochs: int = field(
         default=10,
-        metadata={"doc": "F: local epochs of whole-model fine-tuning after the last round"},
+        metadata={
+            "ge": 0,
+            "doc": "F: local epochs of whole-model fine-tuning after the last round",
+        },
     )
     base_blocks: list[str] | None = field(
         default=None,
@@ -128,12 +126,6 @@ class FedBABUOptions:
     )
     mode = "all"  # not options: FedBABU is the 'all' schedule
     unfreeze_rounds = ()
-
-    def check(self) -> None:
-        if self.finetune_epochs < 0:
-            raise ConfigError(
-                "algorithm.finetune_epochs", f"must be >= 0, got {self.finetune_epochs}"
-            )
 
 
 @register

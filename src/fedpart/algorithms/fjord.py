@@ -15,7 +15,6 @@ from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.engine.recipe import Recipe
 from fedpart.engine.seeding import torch_generator
-from fedpart.errors import ConfigError
 from fedpart.models.width import model_index_sets, slice_state
 
 #: the ``algorithm`` seed stream's sub-key of Fjord's width draws
@@ -30,10 +29,14 @@ class FjordOptions:
     )
     alpha: float = dataclasses.field(
         default=0.5,
-        metadata={"doc": "weight of the distillation term against the task loss, in [0, 1]"},
+        metadata={
+            "ge": 0,
+            "le": 1,
+            "doc": "weight of the distillation term against the task loss, in [0, 1]",
+        },
     )
     temperature: float = dataclasses.field(
-        default=1.0, metadata={"doc": "softmax temperature of the distillation term (> 0)"}
+        default=1.0, metadata={"gt": 0, "doc": "softmax temperature of the distillation term (> 0)"}
     )
     train_teacher: bool = dataclasses.field(
         default=True,
@@ -42,12 +45,6 @@ class FjordOptions:
             "step (in-place distillation); false: only when its width is drawn"
         },
     )
-
-    def check(self) -> None:
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ConfigError("algorithm.alpha", f"must be in [0, 1], got {self.alpha}")
-        if not self.temperature > 0.0:
-            raise ConfigError("algorithm.temperature", f"must be > 0, got {self.temperature}")
 
 
 def allowed_widths(p_max: float, p_min: float) -> list[float]:

@@ -29,23 +29,21 @@ _BASIS_STREAM = 14
 class FLANCOptions:
     reg: float = dataclasses.field(
         default=0.01,
-        metadata={"doc": "λ of FLANC's orthogonality regulariser on every basis θ_u (Eq. 33)"},
+        metadata={
+            "ge": 0,
+            "doc": "λ of FLANC's orthogonality regulariser on every basis θ_u (Eq. 33)",
+        },
     )
 
     basis_init: str = dataclasses.field(
         default="orthonormal",
         metadata={
+            "choices": BASIS_INITS,
             "doc": "θ_u starts with orthonormal columns, θ_v rescaled to keep the weight's "
             "variance (orthonormal), or θ_u ~ N(0, 1/R2) (scaled: columns of norm √(k²R1/R2), "
-            "which the regulariser then shrinks towards 1)"
+            "which the regulariser then shrinks towards 1)",
         },
     )
-
-    def check(self) -> None:
-        if self.reg < 0:
-            raise ConfigError("algorithm.reg", f"must be >= 0, got {self.reg}")
-        if self.basis_init not in BASIS_INITS:
-            raise ConfigError("algorithm.basis_init", f"must be one of {BASIS_INITS}")
 
 
 @torch.no_grad()

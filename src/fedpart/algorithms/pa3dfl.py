@@ -25,10 +25,10 @@ from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.functional import call_method
 from fedpart.engine.hypernetwork import (
     DECODER_INITS,
-    EMBED_INITS,
     ENCODER_INITS,
     SIMILARITIES,
     HyperNetwork,
+    HyperNetworkOptions,
     hn_metrics,
     hypernetwork_seed,
     hypernetwork_step,
@@ -55,32 +55,35 @@ _HEAD_STREAM = 13
 
 
 @dataclasses.dataclass
-class Pa3dFLOptions:
+class Pa3dFLOptions(HyperNetworkOptions):
     lam: float = dataclasses.field(
-        default=0.001, metadata={"doc": "λ of the orthogonality term on conv θ_u (Eq. 32)"}
+        default=0.001, metadata={"ge": 0, "doc": "λ of the orthogonality term on conv θ_u (Eq. 32)"}
     )
-    hn_lr: float = dataclasses.field(
-        default=1.0, metadata={"doc": "hyper-network learning rate γ (Eq. 8)"}
+    embed_dim: int = dataclasses.field(
+        default=64, metadata={"ge": 1, "doc": "client-embedding size"}
     )
-    embed_dim: int = dataclasses.field(default=64, metadata={"doc": "client-embedding size"})
-    hidden_dim: int = dataclasses.field(default=64, metadata={"doc": "hyper-network hidden size"})
+    hidden_dim: int = dataclasses.field(
+        default=64, metadata={"ge": 1, "doc": "hyper-network hidden size"}
+    )
     depth: int = dataclasses.field(
-        default=4, metadata={"doc": "linear layers of the hyper-network's encoder"}
+        default=4, metadata={"ge": 1, "doc": "linear layers of the hyper-network's encoder"}
     )
     tau: float = dataclasses.field(
-        default=1.0, metadata={"doc": "initial attention temperature τ_l of every layer"}
-    )
-    embed_init: str = dataclasses.field(
-        default="unit",
-        metadata={"doc": "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal: the spec's)"},
+        default=1.0, metadata={"gt": 0, "doc": "initial attention temperature τ_l of every layer"}
     )
     encoder_init: str = dataclasses.field(
         default="he",
-        metadata={"doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)"},
+        metadata={
+            "choices": ENCODER_INITS,
+            "doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)",
+        },
     )
     similarity: str = dataclasses.field(
         default="dot",
-        metadata={"doc": "attention scores: raw dot products (dot, Eq. 9) or cosines (cosine)"},
+        metadata={
+            "choices": SIMILARITIES,
+            "doc": "attention scores: raw dot products (dot, Eq. 9) or cosines (cosine)",
+        },
     )
     centred: bool = dataclasses.field(
         default=True,
@@ -88,74 +91,56 @@ class Pa3dFLOptions:
     )
     decoder_init: str = dataclasses.field(
         default="model",
-        metadata={"doc": "HN decoders: biases at the model's initial tensors (model) or default"},
-    )
-    hn_max_gain: float = dataclasses.field(
-        default=1.0,
         metadata={
-            "doc": "HN step moves θ at most this many times the clients' updates (0: no limit)"
+            "choices": DECODER_INITS,
+            "doc": "HN decoders: biases at the model's initial tensors (model) or default",
         },
-    )
-    hn_clip: float = dataclasses.field(
-        default=0.0, metadata={"doc": "clip the HN gradient to this global norm (0: none)"}
     )
     global_head_init: str = dataclasses.field(
         default="he",
-        metadata={"doc": "frozen global head: PyTorch's default or he (N(0, 2/fan_in) weights)"},
+        metadata={
+            "choices": HEAD_INITS,
+            "doc": "frozen global head: PyTorch's default or he (N(0, 2/fan_in) weights)",
+        },
     )
     line_search: int = dataclasses.field(
-        default=10, metadata={"doc": "n of Alg. 1: α is searched on the grid 0, 1/n, ..., 1"}
+        default=10,
+        metadata={"ge": 1, "doc": "n of Alg. 1: α is searched on the grid 0, 1/n, ..., 1"},
     )
     hn_aggregation: bool = dataclasses.field(
         default=True,
         metadata={"doc": "θ_v from the hyper-network; false: kept on each client (Table 3)"},
     )
     decomposition: str = dataclasses.field(
-        default="pa3dfl", metadata={"doc": "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)"}
+        default="pa3dfl",
+        metadata={
+            "choices": DECOMPOSITIONS,
+            "doc": "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)",
+        },
     )
     flanc_ranks: str = dataclasses.field(
         default="eq5",
         metadata={
+            "choices": RANK_RULES,
             "doc": "with decomposition=flanc: R2 by Eq. 5 (eq5: only the layout changes, θ_v "
-            "about Pa3dFL's size) or R2 = T/4 as FLANC's code (flanc)"
+            "about Pa3dFL's size) or R2 = T/4 as FLANC's code (flanc)",
         },
     )
     local_head_lr_scale: float = dataclasses.field(
         default=1.0,
         metadata={
+            "ge": 0,
             "doc": "factor on the local step size for the local head only (the paper: 1, one "
-            "step size; features under the frozen global head grow, see docs/methods/pa3dfl.md)"
+            "step size; features under the frozen global head grow, see docs/methods/pa3dfl.md)",
         },
     )
     test_model: str = dataclasses.field(
         default="search",
-        metadata={"doc": "search (Alg. 1), received (α = 0) or trained (α = 1)"},
+        metadata={
+            "choices": TEST_MODELS,
+            "doc": "search (Alg. 1), received (α = 0) or trained (α = 1)",
+        },
     )
-
-    def check(self) -> None:
-        for name in ("embed_dim", "hidden_dim", "depth", "line_search"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"algorithm.{name}", f"must be >= 1, got {getattr(self, name)}")
-        for name in ("lam", "hn_lr", "local_head_lr_scale", "hn_max_gain", "hn_clip"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"algorithm.{name}", f"must be >= 0, got {getattr(self, name)}")
-        if self.tau <= 0:
-            raise ConfigError("algorithm.tau", f"must be > 0, got {self.tau}")
-        if self.decomposition not in DECOMPOSITIONS:
-            raise ConfigError("algorithm.decomposition", f"must be one of {DECOMPOSITIONS}")
-        if self.flanc_ranks not in RANK_RULES:
-            raise ConfigError("algorithm.flanc_ranks", f"must be one of {RANK_RULES}")
-        for name, choices in (
-            ("embed_init", EMBED_INITS),
-            ("encoder_init", ENCODER_INITS),
-            ("decoder_init", DECODER_INITS),
-            ("similarity", SIMILARITIES),
-            ("global_head_init", HEAD_INITS),
-        ):
-            if getattr(self, name) not in choices:
-                raise ConfigError(f"algorithm.{name}", f"must be one of {choices}")
-        if self.test_model not in TEST_MODELS:
-            raise ConfigError("algorithm.test_model", f"must be one of {TEST_MODELS}")
 
 
 def factorized_model(

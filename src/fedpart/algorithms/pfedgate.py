@@ -13,7 +13,6 @@ from torch.func import functional_call
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import Recipe
-from fedpart.errors import ConfigError
 from fedpart.models.base import BlockModel
 from fedpart.models.gated import GatedModel
 
@@ -21,18 +20,15 @@ from fedpart.models.gated import GatedModel
 @dataclasses.dataclass
 class PFedGateOptions:
     blocks: int = dataclasses.field(
-        default=5, metadata={"doc": "split number B: blocks per parameter tensor (>= 1)"}
+        default=5, metadata={"ge": 1, "doc": "split number B: blocks per parameter tensor (>= 1)"}
     )
     gate_lr: float = dataclasses.field(
         default=0.05,
-        metadata={"doc": "the gating layer's learning rate (decayed with federation.lr; > 0)"},
+        metadata={
+            "gt": 0,
+            "doc": "the gating layer's learning rate (decayed with federation.lr; > 0)",
+        },
     )
-
-    def check(self) -> None:
-        if self.blocks < 1:
-            raise ConfigError("algorithm.blocks", f"must be >= 1, got {self.blocks}")
-        if not self.gate_lr > 0:
-            raise ConfigError("algorithm.gate_lr", f"must be > 0, got {self.gate_lr}")
 
 
 class _ScaleGrad(torch.autograd.Function):

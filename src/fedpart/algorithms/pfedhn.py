@@ -10,64 +10,41 @@ import torch
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine.hypernetwork import (
-    EMBED_INITS,
     ENCODER_INITS,
     HyperNetwork,
+    HyperNetworkOptions,
     hn_metrics,
     hypernetwork_seed,
     hypernetwork_step,
 )
-from fedpart.errors import ConfigError
 
 State = dict[str, torch.Tensor]
 
 
 @dataclasses.dataclass
-class PFedHNOptions:
-    embed_dim: int = dataclasses.field(default=5, metadata={"doc": "client-embedding size"})
-    hidden_dim: int = dataclasses.field(default=100, metadata={"doc": "hyper-network hidden size"})
-    hidden_layers: int = dataclasses.field(
-        default=2, metadata={"doc": "hidden layers of the encoder after its first linear layer"}
+class PFedHNOptions(HyperNetworkOptions):
+    embed_dim: int = dataclasses.field(
+        default=5, metadata={"ge": 1, "doc": "client-embedding size"}
     )
-    hn_lr: float = dataclasses.field(
-        default=1.0, metadata={"doc": "hyper-network learning rate (one SGD step per round)"}
+    hidden_dim: int = dataclasses.field(
+        default=100, metadata={"ge": 1, "doc": "hyper-network hidden size"}
+    )
+    hidden_layers: int = dataclasses.field(
+        default=2,
+        metadata={"ge": 0, "doc": "hidden layers of the encoder after its first linear layer"},
     )
 
-    hn_max_gain: float = dataclasses.field(
-        default=1.0,
-        metadata={
-            "doc": "HN step moves θ at most this many times the clients' updates (0: no limit)"
-        },
-    )
-    hn_clip: float = dataclasses.field(
-        default=0.0, metadata={"doc": "clip the HN gradient to this global norm (0: none)"}
-    )
-    embed_init: str = dataclasses.field(
-        default="unit", metadata={"doc": "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal)"}
-    )
     encoder_init: str = dataclasses.field(
         default="default",
-        metadata={"doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)"},
+        metadata={
+            "choices": ENCODER_INITS,
+            "doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)",
+        },
     )
     centred: bool = dataclasses.field(
         default=False,
         metadata={"doc": "decoders read e'_i minus its mean over all clients (bias: common)"},
     )
-
-    def check(self) -> None:
-        for name, choices in (("embed_init", EMBED_INITS), ("encoder_init", ENCODER_INITS)):
-            if getattr(self, name) not in choices:
-                raise ConfigError(f"algorithm.{name}", f"must be one of {choices}")
-        for name in ("hn_max_gain", "hn_clip"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"algorithm.{name}", f"must be >= 0, got {getattr(self, name)}")
-        for name in ("embed_dim", "hidden_dim"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"algorithm.{name}", f"must be >= 1, got {getattr(self, name)}")
-        if self.hidden_layers < 0:
-            raise ConfigError("algorithm.hidden_layers", f"must be >= 0, got {self.hidden_layers}")
-        if self.hn_lr < 0:
-            raise ConfigError("algorithm.hn_lr", f"must be >= 0, got {self.hn_lr}")
 
 
 @register

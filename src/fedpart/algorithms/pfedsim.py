@@ -25,23 +25,20 @@ class PFedSimOptions:
     warmup_ratio: float = field(
         default=0.5,
         metadata={
+            "ge": 0,
+            "le": 1,
             "doc": "ρ_general: the first int(ρ · federation.rounds) rounds are FedAvg "
-            "(FedCMD and FL-bench: 0.5)"
+            "(FedCMD and FL-bench: 0.5)",
         },
     )
 
     warmup_rounds: int | None = field(
         default=None,
-        metadata={"doc": "the number of FedAvg rounds instead (FL-bench's warmup_round >= 1)"},
+        metadata={
+            "ge": 0,
+            "doc": "the number of FedAvg rounds instead (FL-bench's warmup_round >= 1)",
+        },
     )
-
-    def check(self) -> None:
-        if self.warmup_rounds is not None and self.warmup_rounds < 0:
-            raise ConfigError("algorithm.warmup_rounds", f"must be >= 0, got {self.warmup_rounds}")
-        if not 0.0 <= self.warmup_ratio <= 1.0:
-            raise ConfigError(
-                "algorithm.warmup_ratio", f"must be in [0, 1], got {self.warmup_ratio}"
-            )
 
 
 def classifier_weight_key(model: BlockModel) -> str:

@@ -26,39 +26,29 @@ _IMPORTANCE_BATCHES = 2
 class TailorFLOptions:
     reg: float = dataclasses.field(
         default=0.1,
-        metadata={"doc": "coefficient of the importance layers' L2 regulariser (λ, >= 0)"},
+        metadata={"ge": 0, "doc": "coefficient of the importance layers' L2 regulariser (λ, >= 0)"},
     )
     swap: float = dataclasses.field(
         default=0.2,
         metadata={
+            "ge": 0,
+            "le": 1,
             "doc": "per round, the fraction of min(kept, pruned) filters of a personal layer a "
-            "client may exchange towards its similar clients' filters, in [0, 1]"
+            "client may exchange towards its similar clients' filters, in [0, 1]",
         },
     )
     importance_steps: int = dataclasses.field(
-        default=10, metadata={"doc": "SGD steps training the importance layers (>= 1)"}
+        default=10, metadata={"ge": 1, "doc": "SGD steps training the importance layers (>= 1)"}
     )
     personal_fraction: float = dataclasses.field(
         default=0.5,
         metadata={
+            "ge": 0,
+            "le": 1,
             "doc": "fraction of the layers (head counted) whose filters are chosen per client; "
-            "the others keep the globally largest filters"
+            "the others keep the globally largest filters",
         },
     )
-
-    def check(self) -> None:
-        if self.reg < 0:
-            raise ConfigError("algorithm.reg", f"must be >= 0, got {self.reg}")
-        if not 0.0 <= self.swap <= 1.0:
-            raise ConfigError("algorithm.swap", f"must be in [0, 1], got {self.swap}")
-        if self.importance_steps < 1:
-            raise ConfigError(
-                "algorithm.importance_steps", f"must be >= 1, got {self.importance_steps}"
-            )
-        if not 0.0 <= self.personal_fraction <= 1.0:
-            raise ConfigError(
-                "algorithm.personal_fraction", f"must be in [0, 1], got {self.personal_fraction}"
-            )
 
 
 def filter_magnitude(state: State, layer: str) -> torch.Tensor:

@@ -97,13 +97,17 @@ class UAPDFL(Decentralized):
         threshold: float = dataclasses.field(
             default=0.03,
             metadata={
+                "ge": 0,
                 "doc": "th_I, divergence threshold (not given by the paper; 0.03 separates "
-                "Dir(0.5) from Dir(5) peers on Fashion-MNIST, see the docs)"
+                "Dir(0.5) from Dir(5) peers on Fashion-MNIST, see the docs)",
             },
         )
         mu: float = dataclasses.field(
             default=0.01,
-            metadata={"doc": "μ of Eq. (12), weight of ‖g(X_unit) − I^Aux_avg‖² (not given)"},
+            metadata={
+                "ge": 0,
+                "doc": "μ of Eq. (12), weight of ‖g(X_unit) − I^Aux_avg‖² (not given)",
+            },
         )
         unit_value: float = dataclasses.field(
             default=1.0, metadata={"doc": "a_ij of Eq. (4): X_unit = a·ones (toy experiment: 1)"}
@@ -111,8 +115,9 @@ class UAPDFL(Decentralized):
         g_blocks: int = dataclasses.field(
             default=0,
             metadata={
+                "ge": 0,
                 "doc": "leading blocks forming g (0: the model's body; vgg11: 7 = the paper's "
-                "first 28 tensors)"
+                "first 28 tensors)",
             },
         )
         dropout: bool = dataclasses.field(
@@ -125,16 +130,6 @@ class UAPDFL(Decentralized):
                 "of Q_i like g and no μ-term)"
             },
         )
-
-        def check(self) -> None:
-            if not self.threshold >= 0:
-                raise ConfigError("algorithm.threshold", f"must be >= 0, got {self.threshold}")
-            if not self.mu >= 0:
-                raise ConfigError("algorithm.mu", f"must be >= 0, got {self.mu}")
-            if self.g_blocks < 0:
-                raise ConfigError("algorithm.g_blocks", f"must be >= 0, got {self.g_blocks}")
-            if not abs(self.unit_value) < float("inf"):
-                raise ConfigError("algorithm.unit_value", f"must be finite, got {self.unit_value}")
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:

@@ -38,6 +38,7 @@ from fedpart.models.width import IndexSets, embed_state, index_masks, slice_stat
 
 __all__ = [
     "HyperNetwork",
+    "HyperNetworkOptions",
     "DECODER_INITS",
     "EMBED_INITS",
     "ENCODER_INITS",
@@ -58,6 +59,36 @@ DECODER_INITS = ("model", "default")
 
 #: the key of the hyper-network's initialisation in the run's ``algorithm`` seed stream
 _SEED_STREAM = 12
+
+
+@dataclasses.dataclass
+class HyperNetworkOptions:
+    """The ``algorithm.*`` options every method with a server hyper-network shares (pFedHN,
+    Pa3dFL): its step (:func:`hypernetwork_step`) and how its client embeddings start. A
+    method's options dataclass derives from it and adds the sizes and switches it sets itself."""
+
+    hn_lr: float = dataclasses.field(
+        default=1.0,
+        metadata={"ge": 0, "doc": "hyper-network learning rate γ (Eq. 8; one SGD step per round)"},
+    )
+    hn_max_gain: float = dataclasses.field(
+        default=1.0,
+        metadata={
+            "ge": 0,
+            "doc": "HN step moves θ at most this many times the clients' updates (0: no limit)",
+        },
+    )
+    hn_clip: float = dataclasses.field(
+        default=0.0,
+        metadata={"ge": 0, "doc": "clip the HN gradient to this global norm (0: none)"},
+    )
+    embed_init: str = dataclasses.field(
+        default="unit",
+        metadata={
+            "choices": EMBED_INITS,
+            "doc": "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal: the spec's)",
+        },
+    )
 
 
 def hypernetwork_seed(seed: int) -> int:
