@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from fedpart.engine import method_state
 from fedpart.engine.mixing import tensor_bytes, weighted_average
 from fedpart.engine.recipe import Recipe
 from fedpart.errors import ConfigError
@@ -39,7 +40,10 @@ class Algorithm:
       ``fedpart.config.check_limits``) in their metadata, and which may define ``validate()``
       for what one field's limits cannot say;
       ``has_global_model``: whether a server model exists to evaluate globally;
-      ``backends``: the engine backends it supports.
+      ``backends``: the engine backends it supports;
+      ``checkpointed``: the attributes that evolve over rounds and go into checkpoints, each
+      declared with its form (``engine.method_state``: ``Tensor``, ``Named``, ``PerClient``,
+      ``Stacked``, ``Module``, ``Value``).
     """
 
     name: ClassVar[str] = ""
@@ -56,6 +60,8 @@ class Algorithm:
     #: whether each client trains at its own width (``federation.capacity``); a method that is
     #: not trains every client at the federation's smallest width, the run's model cut to it
     capacity_aware: ClassVar[bool] = False
+    #: method state saved in checkpoints and restored on resume (``engine.method_state``)
+    checkpointed: ClassVar[tuple[method_state.Field, ...]] = ()
 
     def __init__(self, options: Any, sim: Simulation) -> None:
         self.options = options
@@ -196,8 +202,14 @@ class Algorithm:
 
     # ------------------------------------------------------------- checkpoints
     def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Method state beyond the store, as (tensors, JSON-able values), for checkpoints."""
-        return {}, {}
+        """The :attr:`checkpointed` state, as (tensors, JSON-able values), for checkpoints."""
+        return method_state.save_state(self, self.checkpointed)
 
     def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        """Restore what :meth:`extra_state` returned."""
+        """Restore what :meth:`extra_state` returned, then :meth:`state_restored`."""
+        method_state.load_state(self, self.checkpointed, tensors, values)
+        self.state_restored()
+
+    def state_restored(self) -> None:
+        """Called after a checkpoint's :attr:`checkpointed` state was restored: re-derive what
+        follows from it (e.g. a block that became personal)."""

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from fedpart.algorithms.base import Algorithm, State
+from fedpart.engine import method_state as saved
 from fedpart.engine.decentralized import gossip, keys_bytes, push_sum
 from fedpart.topology import Graph
 
@@ -92,6 +93,7 @@ class PushSum(Decentralized):
 
     default_topology: ClassVar[dict[str, Any]] = {"name": "kout", "neighbors": 10}
     mixing: ClassVar[str] = "push"
+    checkpointed = (saved.Tensor("mu", key="push_sum_weights", dtype=torch.float64),)
 
     def setup(self) -> None:
         self.mu = torch.ones(self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device)
@@ -112,9 +114,3 @@ class PushSum(Decentralized):
     def round_metrics(self) -> dict[str, Any]:
         """The spread of the push-sum weights (the step of client i is scaled by 1/μ_i)."""
         return {"mu_min": float(self.mu.min()), "mu_max": float(self.mu.max())}
-
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return {"push_sum_weights": self.mu.clone()}, {}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.mu = tensors["push_sum_weights"].to(device=self.sim.device, dtype=torch.float64)

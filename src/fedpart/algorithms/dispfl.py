@@ -49,6 +49,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import State
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import Recipe, cross_entropy
 from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import TrainResult, batch_slices
@@ -153,6 +154,10 @@ class DisPFL(Decentralized):
     default_topology: ClassVar[dict[str, Any]] = {"name": "kpull", "neighbors": 10}
     mixing: ClassVar[str] = "uniform"
     mix_first: ClassVar[bool] = True
+    checkpointed = (
+        saved.Stacked("masks", key="mask", dtype=torch.bool),
+        saved.Stacked("support", dtype=torch.bool),
+    )
     backends = ("sequential",)  # its own local update (mask search) and a per-client mask
 
     @dataclasses.dataclass
@@ -360,18 +365,3 @@ class DisPFL(Decentralized):
             model.train(was_training)
         result.phases.append((tuple(self.prunable), 1, len(y)))
         return dict(zip(self.prunable, grads, strict=True))
-
-    # ------------------------------------------------------------------ checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors = {}
-        for key in self.prunable:
-            tensors[f"mask/{key}"] = torch.stack([m[key] for m in self.masks])
-            tensors[f"support/{key}"] = torch.stack([s[key] for s in self.support])
-        return tensors, {}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        m = self.sim.data.num_clients
-        self.masks = [{k: tensors[f"mask/{k}"][c].bool() for k in self.prunable} for c in range(m)]
-        self.support = [
-            {k: tensors[f"support/{k}"][c].bool() for k in self.prunable} for c in range(m)
-        ]

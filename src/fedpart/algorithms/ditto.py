@@ -8,6 +8,7 @@ import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
 
 
@@ -36,6 +37,8 @@ class Ditto(Algorithm):
     backends = ("sequential",)  # its own local update / per-client objective
     summary = "Global FedAvg model + personal models with proximal term (lam/2)||v - w||^2."
     Options = DittoOptions
+    #: the personal models v_i, as <client>/<key> (the checkpoint format of earlier versions)
+    checkpointed = (saved.PerClient("personal_models", key=""),)
 
     def setup(self) -> None:
         self.personal_models: dict[int, dict[str, torch.Tensor]] = {}
@@ -60,13 +63,3 @@ class Ditto(Algorithm):
 
     def eval_state(self, client: int) -> dict[str, torch.Tensor]:
         return self.personal_models.get(client, self.init_model)
-
-    def extra_state(self):
-        tensors = {f"{c}/{k}": v for c, s in self.personal_models.items() for k, v in s.items()}
-        return tensors, {}
-
-    def load_extra_state(self, tensors, values) -> None:
-        self.personal_models = {}
-        for name, value in tensors.items():
-            c, key = name.split("/", 1)
-            self.personal_models.setdefault(int(c), {})[key] = value

@@ -14,6 +14,7 @@ from torch.func import functional_call
 from fedpart.algorithms.fedbn import LocalBatchNorm
 from fedpart.algorithms.holdout import split_train, train_on
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import mix_states, tensor_bytes
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import sample_clients
@@ -171,6 +172,7 @@ class FedAP(LocalBatchNorm):
     summary = "BatchNorm kept local; aggregation weighted by Wasserstein distance of BN statistics."
     setting = "cloud-edge"
     Options = FedAPOptions
+    checkpointed = (saved.Tensor("weights", dtype=torch.float64),)
     backends = ("sequential",)  # its own local update
 
     def setup(self) -> None:
@@ -316,11 +318,5 @@ class FedAP(LocalBatchNorm):
         sent, self._chain_bytes = self._chain_bytes, None
         return {} if sent is None else {"up_bytes": sent, "down_bytes": sent}
 
-    # ------------------------------------------------------------------ checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return ({} if self.weights is None else {"weights": self.weights}), {}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        weights = tensors.get("weights")
-        self.weights = None if weights is None else weights.to(torch.float64)
-        self._mixed = None
+    def state_restored(self) -> None:
+        self._mixed = None  # the mix of the restored weights is made anew

@@ -30,10 +30,10 @@ from torch import nn
 
 from fedpart.algorithms.base import Algorithm, State
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
 from fedpart.engine.mixing import mix_states, normalize_rows, weighted_average
 from fedpart.engine.recipe import Observer, Recipe
-from fedpart.engine.store import pack_clients, unpack_clients
 from fedpart.errors import ConfigError, FedpartError
 
 VARIANTS = ("paper", "code")
@@ -268,6 +268,13 @@ class FedCMD(Algorithm):
         "Wasserstein-selected personal layer; similarity-weighted layers after it (cloud-edge)."
     )
     setting = "cloud-edge"
+    checkpointed = (
+        saved.Tensor("phi", dtype=torch.float64),
+        saved.PerClient("latest"),
+        saved.PerClient("latest_models"),
+        saved.Value("layer"),
+        saved.Value("round_winners"),
+    )
     Options = FedCMDOptions
     backends = ("sequential", "ray", "processes")
 
@@ -535,19 +542,8 @@ class FedCMD(Algorithm):
             "similarity": similarity_statistics(self.phi, self.options.switch("phi_norm")),
         }
 
-    # ------------------------------------------------------------- checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors = {"phi": self.phi, **pack_clients("latest", self.latest)}
-        tensors.update(pack_clients("latest_models", self.latest_models))
-        return tensors, {"layer": self.layer, "round_winners": self.round_winners}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.phi = tensors["phi"].to(torch.float64)
-        self.latest = unpack_clients("latest", tensors)
-        self.latest_models = unpack_clients("latest_models", tensors)
-        self.round_winners = list(values.get("round_winners", []))
-        layer = values.get("layer")
-        if layer is not None and layer not in self.blocks:
-            raise FedpartError(f"checkpoint names an unknown personalized layer {layer!r}")
-        if layer is not None:
-            self._fix(layer)
+    def state_restored(self) -> None:
+        if self.layer is not None and self.layer not in self.blocks:
+            raise FedpartError(f"checkpoint names an unknown personalized layer {self.layer!r}")
+        if self.layer is not None:
+            self._fix(self.layer)

@@ -11,8 +11,8 @@ import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
-from fedpart.engine.store import pack_clients, unpack_clients
 
 State = dict[str, torch.Tensor]
 
@@ -56,6 +56,7 @@ class FedDyn(Algorithm):
     name = "feddyn"
     summary = "FedAvg with the dynamic regularizer: per-client linear term g_i and server state h."
     Options = FedDynOptions
+    checkpointed = (saved.PerClient("grads", key="grad"), saved.Named("h"))
 
     def setup(self) -> None:
         shared = set(self.sim.store.shared_keys())
@@ -93,12 +94,3 @@ class FedDyn(Algorithm):
         for k in self.params:
             self.h[k] = self.h[k] - (alpha / m) * drift[k]
             store.global_state[k] = store.global_state[k] - self.h[k] / alpha
-
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors = pack_clients("grad", self.grads)
-        tensors.update({f"h/{k}": v for k, v in self.h.items()})
-        return tensors, {}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.grads = unpack_clients("grad", tensors)
-        self.h = {k: tensors[f"h/{k}"] for k in self.params}

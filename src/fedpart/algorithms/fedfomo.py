@@ -11,6 +11,7 @@ import torch
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.holdout import mean_loss, split_train, train_on
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import mix_states, normalize_rows, tensor_bytes
 
 State = dict[str, torch.Tensor]
@@ -72,6 +73,7 @@ class FedFomo(Algorithm):
     Options = FedFomoOptions
     has_global_model = False
     backends = ("sequential",)  # its own local update
+    checkpointed = (saved.Tensor("affinity", dtype=torch.float64), saved.Value("previous"))
 
     def setup(self) -> None:
         self.affinity = torch.eye(
@@ -164,11 +166,3 @@ class FedFomo(Algorithm):
         # the engine counts one model per participant; a FedFomo client downloads several
         down, self._down_bytes = self._down_bytes, None
         return {} if down is None else {"down_bytes": int(down)}
-
-    # ------------------------------------------------------------------ checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return {"affinity": self.affinity}, {"previous": self.previous}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.affinity = tensors["affinity"].to(torch.float64)
-        self.previous = [int(c) for c in values.get("previous", [])]

@@ -12,6 +12,7 @@ from fedpart.algorithms.base import State
 from fedpart.algorithms.pa3dfl import block_p_min, factorized_model
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
 from fedpart.engine.seeding import torch_generator
@@ -83,6 +84,26 @@ def orthogonality(keys: tuple[str, ...]) -> Any:
     return penalty
 
 
+@dataclasses.dataclass(frozen=True)
+class WidthGroups(saved.Field):
+    """FLANC's per-width tensors ``{p: state}``: ``width<i>/<key>`` entries, the i-th width of
+    the sorted ``group_widths`` value."""
+
+    def save(self, method: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        groups = getattr(method, self.attr)
+        widths = sorted(groups)
+        tensors = {f"width{i}/{k}": v for i, p in enumerate(widths) for k, v in groups[p].items()}
+        return tensors, {"group_widths": widths}
+
+    def load(self, method: Any, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+        groups = getattr(method, self.attr)
+        for i, p in enumerate(values.get("group_widths", [])):
+            prefix = f"width{i}/"
+            groups[float(p)] = {
+                k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)
+            }
+
+
 @register
 class FLANC(WidthSliced):
     """Every conv and hidden linear layer is ``θ = Reshape_FLANC(θ_u θ_v)`` (Eq. 3). A client of
@@ -95,6 +116,7 @@ class FLANC(WidthSliced):
     summary = "Shared basis θ_u averaged over all; θ_v, biases and head averaged per width."
     Options = FLANCOptions
     backends = ("sequential",)
+    checkpointed = (*WidthSliced.checkpointed, WidthGroups("groups"))
 
     def wrap_model(self, model: BlockModel) -> BlockModel:
         # the factorized form of the run's CNN, with FLANC's ranks at the federation's p_min;
@@ -172,19 +194,3 @@ class FLANC(WidthSliced):
             )
             target = self.sim.store.global_state if p >= 1.0 else self.groups[p]
             target.update(mixed)
-
-    # ----------------------------------------------------------- checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors, values = super().extra_state()
-        widths = sorted(self.groups)
-        for i, p in enumerate(widths):
-            tensors.update({f"width{i}/{k}": v for k, v in self.groups[p].items()})
-        return tensors, {**values, "group_widths": widths}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        super().load_extra_state(tensors, values)
-        for i, p in enumerate(values.get("group_widths", [])):
-            prefix = f"width{i}/"
-            self.groups[float(p)] = {
-                k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)
-            }

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.engine import method_state as saved
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.functional import call_method
 from fedpart.engine.hypernetwork import (
@@ -35,7 +36,6 @@ from fedpart.engine.hypernetwork import (
 )
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
 from fedpart.engine.seeding import torch_generator
-from fedpart.engine.store import pack_clients, unpack_clients
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
 from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
@@ -257,6 +257,12 @@ class Pa3dFL(WidthSliced):
     Options = Pa3dFLOptions
     backends = ("sequential",)
     has_global_model = False  # the server holds no θ_v of its own, only the hyper-network
+    checkpointed = (
+        *WidthSliced.checkpointed,
+        saved.PerClient("_test", key="test"),
+        saved.Module("hn"),
+        saved.Value("_hn_loss"),
+    )
 
     def wrap_model(self, model: BlockModel) -> BlockModel:
         p_min = block_p_min(self.sim.capacity.width)
@@ -430,19 +436,3 @@ class Pa3dFL(WidthSliced):
             "entropy_max": report["entropy_max"],
             "spread": report["spread"],
         }
-
-    # ------------------------------------------------------------ checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors, values = super().extra_state()
-        tensors = {**tensors, **pack_clients("test", self._test)}
-        if self.hn is not None:
-            tensors.update({f"hn/{k}": v.detach() for k, v in self.hn.state_dict().items()})
-        return tensors, {**values, "hn_loss": self._hn_loss}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        super().load_extra_state(tensors, values)
-        self._test = unpack_clients("test", tensors)
-        self._hn_loss = values.get("hn_loss")
-        if self.hn is not None:
-            hn = {k[3:]: v for k, v in tensors.items() if k.startswith("hn/")}
-            self.hn.load_state_dict(hn)

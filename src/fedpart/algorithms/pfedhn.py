@@ -9,6 +9,7 @@ import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.hypernetwork import (
     ENCODER_INITS,
     HyperNetwork,
@@ -60,6 +61,7 @@ class PFedHN(Algorithm):
     Options = PFedHNOptions
     backends = ("sequential",)
     has_global_model = False  # the server holds a hyper-network, not a model
+    checkpointed = (saved.Module("hn"), saved.Value("_hn_loss"))
 
     def setup(self) -> None:
         o = self.options
@@ -117,11 +119,3 @@ class PFedHN(Algorithm):
     def summary_values(self) -> dict[str, Any]:
         # how far apart the generated models of two clients are at the end, per tensor
         return {"spread": self.hn.diagnostics()["spread"]}
-
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors = {f"hn/{k}": v.detach() for k, v in self.hn.state_dict().items()}
-        return tensors, {"hn_loss": self._hn_loss}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.hn.load_state_dict({k[3:]: v for k, v in tensors.items() if k.startswith("hn/")})
-        self._hn_loss = values.get("hn_loss")

@@ -4,12 +4,12 @@ per client with weights from the similarity of the clients' classifiers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import mix_states, normalize_rows
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
@@ -72,6 +72,7 @@ class PFedSim(Algorithm):
     summary = "FedAvg warm-up, then personal classifier and classifier-similarity-weighted body."
     setting = "cloud-edge"
     Options = PFedSimOptions
+    checkpointed = (saved.Tensor("similarity", dtype=torch.float64), saved.Value("personalized"))
 
     def setup(self) -> None:
         o = self.options
@@ -143,11 +144,6 @@ class PFedSim(Algorithm):
                 s = classifier_similarity(uploads[i][self.classifier], uploads[j][self.classifier])
                 self.similarity[i, j] = self.similarity[j, i] = s
 
-    # ------------------------------------------------------------------ checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return {"similarity": self.similarity}, {"personalized": self.personalized}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.similarity = tensors["similarity"].to(torch.float64)
-        if values.get("personalized") and not self.personalized:
+    def state_restored(self) -> None:
+        if self.personalized:
             self._personalize()

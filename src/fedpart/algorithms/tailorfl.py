@@ -13,6 +13,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import State
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.engine import method_state as saved
 from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import batch_slices
 from fedpart.errors import ConfigError
@@ -113,6 +114,11 @@ class TailorFL(WidthSliced):
     name = "tailorfl"
     summary = "Personalized filter pruning by importance and client similarity, holder-averaged."
     Options = TailorFLOptions
+    checkpointed = (
+        *WidthSliced.checkpointed,
+        saved.Tensor("corr", dtype=torch.float64),
+        saved.Named("member", dtype=torch.float64, stored=torch.uint8),
+    )
     backends = ("sequential",)
 
     def setup(self) -> None:
@@ -263,20 +269,6 @@ class TailorFL(WidthSliced):
                 rows.append(exchange_filters(member, self.corr, c, limit).nonzero().flatten())
             self._set_member(g, rows)
 
-    # ----------------------------------------------------------- checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors, values = super().extra_state()
-        tensors = {**tensors, "corr": self.corr.clone()}
-        tensors.update({f"member/{g}": m.to(torch.uint8) for g, m in self.member.items()})
-        return tensors, values
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        super().load_extra_state(tensors, values)
-        if "corr" in tensors:
-            self.corr = tensors["corr"].to(torch.float64)
-        self.member = {
-            k.split("/", 1)[1]: v.to(torch.float64)
-            for k, v in tensors.items()
-            if k.startswith("member/")
-        }
+    def state_restored(self) -> None:
+        super().state_restored()
         self._client_index.clear()

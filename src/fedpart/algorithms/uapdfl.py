@@ -30,6 +30,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import State
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
+from fedpart.engine import method_state as saved
 from fedpart.engine.decentralized import keys_bytes
 from fedpart.engine.functional import call_method, features
 from fedpart.engine.mixing import weighted_average
@@ -91,6 +92,7 @@ class UAPDFL(Decentralized):
     default_topology: ClassVar[dict[str, Any]] = {"name": "kpull", "neighbors": 5}
     mixing: ClassVar[str] = "size"
     mix_first: ClassVar[bool] = True
+    checkpointed = (saved.Tensor("unit"), saved.Tensor("aux"))
 
     @dataclasses.dataclass
     class Options:
@@ -266,11 +268,3 @@ class UAPDFL(Decentralized):
         unit, aux = self.representations(result.state)
         self.unit[client], self.aux[client] = unit[0], aux[0]
         return result
-
-    # ------------------------------------------------------------- checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return {"unit": self.unit.clone(), "aux": self.aux.clone()}, {}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self.unit = tensors["unit"].to(self.x_unit.device).clone()
-        self.aux = tensors["aux"].to(self.x_unit.device).clone()

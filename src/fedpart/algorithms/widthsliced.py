@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from fedpart.algorithms.base import Algorithm, State
+from fedpart.engine import method_state as saved
 from fedpart.models.width import (
     IndexSets,
     embed_state,
@@ -55,6 +56,10 @@ class WidthSliced(Algorithm):
     backends = ("sequential", "batched")
     #: how a client's channels are chosen: ``prefix`` or ``rolling`` (``WidthPlan.channels``)
     selection: ClassVar[str] = "prefix"
+    checkpointed: ClassVar[tuple[saved.Field, ...]] = (
+        saved.Value("_round"),
+        saved.Value("_trained_round", encode=saved.str_keys, decode=saved.int_keys),
+    )
 
     def setup(self) -> None:
         self._models: dict[float, Any] = {}
@@ -174,12 +179,3 @@ class WidthSliced(Algorithm):
         index = self.index_sets(self._round, client)
         state = self.sim.store.client_state(client)
         return slice_state(state, index) if index else state
-
-    # ----------------------------------------------------------- checkpoints
-    def extra_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        trained = {str(c): r for c, r in self._trained_round.items()}
-        return {}, {"round": self._round, "trained_round": trained}
-
-    def load_extra_state(self, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        self._round = int(values.get("round", 0))
-        self._trained_round = {int(c): int(r) for c, r in values.get("trained_round", {}).items()}

@@ -127,24 +127,6 @@ class ClientStateStore:
         )
 
 
-def pack_clients(prefix: str, per_client: dict[int, State]) -> dict[str, torch.Tensor]:
-    """Per-client method state (FedDyn's gradients, FedFomo's models, ...) as flat named tensors
-    ``{prefix}/{client}/{key}`` for a checkpoint's ``extra_state``."""
-    return {f"{prefix}/{c}/{k}": v for c, state in per_client.items() for k, v in state.items()}
-
-
-def unpack_clients(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[int, State]:
-    """The inverse of :func:`pack_clients` (other prefixes are ignored)."""
-    out: dict[int, State] = {}
-    for name, value in tensors.items():
-        head, _, rest = name.partition("/")
-        if head != prefix:
-            continue
-        client, _, key = rest.partition("/")
-        out.setdefault(int(client), {})[key] = value
-    return out
-
-
 def compact_state(state: State) -> State:
     """``state`` with every tensor that is a view into a larger storage copied into its own.
 
