@@ -3,6 +3,8 @@
     python benchmarks/decentralized/choose_setting.py uapdfl          # 1. the pool size (criterion)
     python benchmarks/decentralized/calibrate_uapdfl.py               # 2. UA-PDFL's th_I and μ
     python benchmarks/decentralized/reproduce.py --only uapdfl,uapdfl-ablation --jobs 2
+    python benchmarks/decentralized/calibrate_uapdfl.py --pool 0 --betas 0.5
+    python benchmarks/decentralized/reproduce.py --only uapdfl-mechanism --jobs 2
     python benchmarks/decentralized/choose_setting.py dfedpgp
     python benchmarks/decentralized/reproduce.py --only dfedpgp --jobs 2
     python benchmarks/decentralized/reproduce.py --report             # every table, from records
@@ -14,7 +16,11 @@ Fashion-MNIST, 30 clients, Dirichlet β = 0.5 and 5, the quarter-width 2-conv/2-
 ``choose_setting.py``, the paper's 150 rounds with its step decay (×0.95 a round), N_com = 5;
 DFedAvgM with twice the local epochs and half the rounds, as in the paper; UA-PDFL with th_I and
 μ from ``calibrate_uapdfl.py``. ``uapdfl-ablation``: the paper's Fig. 13 (without layer-wise
-personalization, without client-wise dropout, without both) at both β.
+personalization, without client-wise dropout, without both) at both β. ``uapdfl-mechanism``
+(after ``calibrate_uapdfl.py --pool 0 --betas 0.5``): UA-PDFL on the whole pool, where a client
+takes ~40 local steps a round, with th_I calibrated there by the same rule, seed 0, 60 rounds —
+whether the rule gives rare dropouts at β = 0.5 and common ones at β = 5 where local training
+separates copied models within a round.
 
 ``dfedpgp`` (docs/results/dfedpgp.md): DFedPGP's Table 1 methods that fedpart provides and its
 Table 4 ablation (DFedAvgM, DFedAvgM-P, OSGP, DFedPGP) on Fashion-MNIST, 100 clients, Dir(0.3)
@@ -162,11 +168,39 @@ def _dfedpgp_runs() -> list[Run]:
     ]
 
 
+MECHANISM_ROUNDS = 60
+
+
+def _uapdfl_mechanism_runs() -> list[Run]:
+    """UA-PDFL on the whole pool (~40 local steps a round, the paper's ~30; the study's: 2), th_I
+    and μ calibrated there by the study's rule: does the rule separate β = 0.5 from β = 5 there?"""
+    from calibrate_uapdfl import calibrated
+
+    cal = calibrated(0)
+    return [
+        (
+            run_name("uapdfl-mechanism", part, "uapdfl", 0),
+            CONFIGS / "dfedavg.yaml",
+            (
+                "partition.pool_size=0",
+                f"federation.rounds={MECHANISM_ROUNDS}",
+                f"algorithm.threshold={cal['threshold']!r}",
+                f"algorithm.mu={cal['mu']!r}",
+                *part_over,
+                "algorithm.name=uapdfl",
+                "seed=0",
+            ),
+        )
+        for part, part_over in UAPDFL_PARTITIONS.items()
+    ]
+
+
 #: experiment -> how to list its runs (built only when the experiment runs: the studies read
 #: their setting from the pilot and calibration records)
 EXPERIMENTS = {
     "uapdfl": lambda: _uapdfl_runs(UAPDFL_METHODS),
     "uapdfl-ablation": lambda: _uapdfl_runs(UAPDFL_ABLATION),
+    "uapdfl-mechanism": _uapdfl_mechanism_runs,
     "dfedpgp": _dfedpgp_runs,
 }
 
@@ -248,19 +282,22 @@ def _rows(study: str, part: str, stems: dict[str, tuple], paper_col: int | None)
     return lines
 
 
-def _dropouts(part: str, stems: dict[str, tuple]) -> list[str]:
+def _dropouts(
+    part: str, stems: dict[str, tuple], study: str = "uapdfl", rounds: int = 150
+) -> list[str]:
     """UA-PDFL's client-wise dropouts and similar peers, per run."""
-    marks = (1, 2, 5, 10, 20, 30, 50, 75, 100, 125, 149)
+    marks = [m for m in (1, 2, 5, 10, 20, 30, 40, 50, 75, 100, 125, 149) if m < rounds]
+    late = f"rounds 30–{rounds - 1}"
     lines = [
-        "| run | dropouts (of 30) at rounds " + ", ".join(map(str, marks)) + " | mean dropouts, "
-        "rounds 30–149 | mean similar peers (of 5), rounds 30–149 | Div median, rounds 30–149 |",
-        "| --- | --- | --- | --- | --- |",
+        "| run | dropouts (of 30) at rounds " + ", ".join(map(str, marks)) + f" | mean dropouts, "
+        f"{late} | mean similar peers (of 5), {late} | Div median, {late} | final accuracy |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for stem, (label, *_) in stems.items():
         if not stem.startswith("uapdfl"):
             continue
         for seed in SEEDS:
-            rec = load(run_name("uapdfl", part, stem, seed))
+            rec = load(run_name(study, part, stem, seed))
             if rec is None or "failed" in rec:
                 continue
             by_round = {r["round"]: r for r in rec["rounds"]}
@@ -274,6 +311,7 @@ def _dropouts(part: str, stems: dict[str, tuple]) -> list[str]:
                 f"{statistics.mean(drop):.1f}" if drop else "—",
                 f"{statistics.mean(sim):.2f}" if sim else "—",
                 f"{statistics.mean(med):.4f}" if med else "—",
+                f"{100 * rec['summary']['accuracy']['final']:.2f}",
             ]
             lines.append(f"| {label}, seed {seed} | " + " | ".join(cells) + " |")
     return lines
@@ -299,6 +337,16 @@ def report_uapdfl() -> str:
         out.append(f"### UA-PDFL's decisions, {PARTITION_LABELS[part]}\n")
         out += _dropouts(part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION})
         out.append("")
+    out.append(
+        f"### Mechanism check: UA-PDFL on the whole pool ({MECHANISM_ROUNDS} rounds, seed 0, th_I "
+        "calibrated there by the same rule)\n"
+    )
+    for part in UAPDFL_PARTITIONS:
+        stems = {"uapdfl": (f"UA-PDFL, {PARTITION_LABELS[part]}",)}
+        out += _dropouts(part, stems, "uapdfl-mechanism", MECHANISM_ROUNDS)[
+            0 if part == "beta0.5" else 2 :
+        ]
+    out.append("")
     return "\n".join(out)
 
 
