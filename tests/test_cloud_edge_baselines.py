@@ -60,7 +60,7 @@ def test_pfedsim_warmup_then_personal_head_and_similarity_weights():
     for rnd in (2, 3):
         sim.run_round(rnd)
     assert torch.equal(sim.store.global_state["fc2.weight"], head)  # the head never averaged
-    S = algo.similarity
+    S = algo.mixer.matrix
     n = sim.data.num_clients
     assert torch.equal(S, S.T) and torch.equal(S.diagonal(), torch.ones(n, dtype=torch.float64))
     assert bool((S >= 0).all()) and bool((S <= 1).all())

@@ -142,7 +142,7 @@ def test_personal_layer_values_are_the_clients_own_training():
 def test_similarity_matrix_and_per_client_weights():
     sim = sim_for(rounds=5)
     sim.run()
-    phi = sim.algorithm.phi
+    phi = sim.algorithm.mixer.matrix
     assert torch.equal(phi, phi.T) and torch.all(phi >= 0) and torch.all(phi.diagonal() == 1)
     assert (phi - torch.eye(6)).abs().sum() > 0  # some pair co-participated
     w = normalize_rows(phi, "linear")

@@ -15,6 +15,7 @@ from fedpart.algorithms.fedbn import LocalBatchNorm
 from fedpart.algorithms.holdout import split_train, train_on
 from fedpart.algorithms.registry import register
 from fedpart.engine import method_state as saved
+from fedpart.engine.mixers import warmup_rounds
 from fedpart.engine.mixing import mix_states, tensor_bytes
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import sample_clients
@@ -179,7 +180,7 @@ class FedAP(LocalBatchNorm):
         super().setup()
         o = self.options
         rounds = self.sim.cfg.federation.rounds
-        self.warmup = int(rounds * o.warmup_ratio) if o.warmup_rounds is None else o.warmup_rounds
+        self.warmup = warmup_rounds(rounds, o.warmup_ratio, o.warmup_rounds)
         self.sequential = self.options.pretrain == "sequential"
         self.weights: torch.Tensor | None = None
         self._chain: tuple[int, dict[int, tuple[State, TrainResult]]] = (-1, {})

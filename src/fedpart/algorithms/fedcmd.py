@@ -32,7 +32,13 @@ from fedpart.algorithms.base import Algorithm, State
 from fedpart.algorithms.registry import register
 from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
-from fedpart.engine.mixing import mix_states, normalize_rows, weighted_average
+from fedpart.engine.mixers import (
+    SimilarityMixer,
+    cosine,
+    rowwise_cosine,
+    similarity_statistics,
+)
+from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import Observer, Recipe
 from fedpart.errors import ConfigError, FedpartError
 
@@ -224,39 +230,6 @@ def majority(votes: list[int] | list[str], order: list[Any]) -> Any:
     return next(v for v in order if counts.get(v, 0) == top)
 
 
-def similarity_statistics(phi: torch.Tensor, norm: str) -> dict[str, Any]:
-    """How far the similarity-weighted aggregation (Eq. 7) is from plain averaging: the
-    measured off-diagonal Φ_ij (pairs seen together in a round; the others stay 0) and, for each
-    client's row of mixing weights (``linear`` over Φ_ij > 0, or ``softmax`` over all clients),
-    its total-variation distance from the uniform weights on the same clients (0: the weighted
-    aggregation is an unweighted mean)."""
-    n = phi.shape[0]
-    off = phi[~torch.eye(n, dtype=torch.bool, device=phi.device)]
-    seen = off[off > 0]
-    if seen.numel() == 0:
-        return {"pairs": 0}
-    distances = []
-    for i in range(n):
-        row = phi[i][phi[i] > 0] if norm == "linear" else phi[i]
-        weights = normalize_rows(row[None], norm)[0]
-        distances.append(0.5 * float((weights - 1.0 / weights.numel()).abs().sum()))
-    tv = torch.tensor(distances, dtype=torch.float64)
-    return {
-        "pairs": int(seen.numel()) // 2,
-        "phi_min": float(seen.min()),
-        "phi_mean": float(seen.mean()),
-        "phi_max": float(seen.max()),
-        "tv_from_uniform_median": float(tv.median()),
-        "tv_from_uniform_max": float(tv.max()),
-    }
-
-
-def cosine(a: torch.Tensor, b: torch.Tensor, eps: float) -> float:
-    """a·b / (‖a‖‖b‖ + ε) of flattened tensors (Eq. 8)."""
-    a, b = a.double().flatten(), b.double().flatten()
-    return float(a @ b / (a.norm() * b.norm() + eps))
-
-
 # ----------------------------------------------------------------------------- the method
 @register
 class FedCMD(Algorithm):
@@ -269,7 +242,7 @@ class FedCMD(Algorithm):
     )
     setting = "cloud-edge"
     checkpointed = (
-        saved.Tensor("phi", dtype=torch.float64),
+        saved.Tensor("mixer.matrix", key="phi", dtype=torch.float64),
         saved.PerClient("latest"),
         saved.PerClient("latest_models"),
         saved.Value("layer"),
@@ -327,7 +300,12 @@ class FedCMD(Algorithm):
             )
         self.layer: str | None = None
         self.round_winners: list[str] = []
-        self.phi = torch.eye(self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device)
+        #: Φ (Eq. 8), clipped at 0, of every pair of clients that met in a round
+        self.mixer = SimilarityMixer(
+            self.sim.data.num_clients,
+            self.sim.device,
+            lambda a, b: max(0.0, self._similarity(a, b, o.eps)),
+        )
         #: the server's copy of each client's latest upload of the layers after l* (Eq. 7)
         self.latest: dict[int, State] = {}
         #: the whole latest model of every client (phase 1 under all_clients_uniform)
@@ -482,46 +460,27 @@ class FedCMD(Algorithm):
         store.global_state.update(weighted_average([uploads[c] for c in clients], w, pre))
         if not post:  # l* = classifier: nothing after it (FedPer with a FedAvg body)
             return
-        eps = self.options.eps
         for c in clients:
             self.latest[c] = {k: uploads[c][k] for k in post}
-        for a, i in enumerate(clients):
-            for j in clients[a + 1 :]:
-                sim = max(0.0, self._similarity(uploads[i], uploads[j], eps))
-                self.phi[i, j] = self.phi[j, i] = sim
-        n = self.sim.data.num_clients
-        if self.options.switch("phi_norm") == "linear":
+        self.mixer.observe(uploads)
+        phi = self.mixer.matrix
+        if self.options.switch("phi_norm") == "linear":  # Eq. 7 over the clients the server holds
             for i in clients:
-                row = self.phi[i].clone()
-                holders = [j for j in range(n) if row[j] > 0 and j in self.latest]
-                mixing = normalize_rows(row[holders][None], "linear")
-                store.set_tailored(
-                    i, mix_states([self.latest[j] for j in holders], mixing, post)[0]
-                )
-        else:
-            states = [self.latest.get(j, store.global_state) for j in range(n)]
-            for i in clients:
-                off_diagonal = torch.cat([self.phi[i, :i], self.phi[i, i + 1 :]])
-                if not bool((off_diagonal > 0).any()):
-                    store.set_tailored(i, dict(self.latest[i]))  # the code: its own parameters
-                    continue
-                mixing = normalize_rows(self.phi[i][None], "softmax")
-                store.set_tailored(i, mix_states(states, mixing, post)[0])
+                store.set_tailored(i, self.mixer.mix_row(phi[i], self.latest.get, post))
+            return
+        # the code: a softmax over all N, a client never uploaded counting as the global model
+        for i in clients:
+            if not bool((torch.cat([phi[i, :i], phi[i, i + 1 :]]) > 0).any()):
+                store.set_tailored(i, dict(self.latest[i]))  # the code: its own parameters
+                continue
+            held = lambda j: self.latest.get(j, store.global_state)  # noqa: E731
+            store.set_tailored(i, self.mixer.mix_row(phi[i], held, post, how="softmax"))
 
     def _similarity(self, a: State, b: State, eps: float) -> float:
         keys = sorted(k for k in a if k.startswith("similarity/"))
         if self.options.switch("similarity") == "parameters":
-            return cosine(
-                torch.cat([a[k].flatten() for k in keys]),
-                torch.cat([b[k].flatten() for k in keys]),
-                eps,
-            )
-        # the code: row-wise cosine of the weight updates (one row per output unit), then the mean
-        sims = []
-        for k in keys:
-            ra, rb = a[k].double().flatten(1), b[k].double().flatten(1)
-            sims.append(torch.nn.functional.cosine_similarity(ra, rb, dim=-1, eps=eps).mean())
-        return float(torch.stack(sims).mean())
+            return cosine(a, b, keys, eps)
+        return rowwise_cosine(a, b, keys, eps)  # the code: of the weight updates
 
     # -------------------------------------------------------------- reporting
     def round_metrics(self) -> dict[str, Any]:
@@ -539,7 +498,7 @@ class FedCMD(Algorithm):
             "selection_rounds": self.selection_rounds,
             "round_winner_counts": {c: counts.get(c, 0) for c in self.candidates},
             "variant": self.options.variant,
-            "similarity": similarity_statistics(self.phi, self.options.switch("phi_norm")),
+            "similarity": similarity_statistics(self.mixer.matrix, self.options.switch("phi_norm")),
         }
 
     def state_restored(self) -> None:

@@ -90,13 +90,13 @@ class WidthGroups(saved.Field):
     the sorted ``group_widths`` value."""
 
     def save(self, method: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        groups = getattr(method, self.attr)
+        groups = self.get(method)
         widths = sorted(groups)
         tensors = {f"width{i}/{k}": v for i, p in enumerate(widths) for k, v in groups[p].items()}
         return tensors, {"group_widths": widths}
 
     def load(self, method: Any, tensors: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        groups = getattr(method, self.attr)
+        groups = self.get(method)
         for i, p in enumerate(values.get("group_widths", [])):
             prefix = f"width{i}/"
             groups[float(p)] = {

@@ -10,7 +10,8 @@ import torch
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine import method_state as saved
-from fedpart.engine.mixing import mix_states, normalize_rows
+from fedpart.engine.mixers import SimilarityMixer, warmup_rounds
+from fedpart.engine.mixing import normalize_rows
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
 
@@ -72,16 +73,21 @@ class PFedSim(Algorithm):
     summary = "FedAvg warm-up, then personal classifier and classifier-similarity-weighted body."
     setting = "cloud-edge"
     Options = PFedSimOptions
-    checkpointed = (saved.Tensor("similarity", dtype=torch.float64), saved.Value("personalized"))
+    checkpointed = (
+        saved.Tensor("mixer.matrix", key="similarity", dtype=torch.float64),
+        saved.Value("personalized"),
+    )
 
     def setup(self) -> None:
         o = self.options
         rounds = self.sim.cfg.federation.rounds
-        self.warmup = int(rounds * o.warmup_ratio) if o.warmup_rounds is None else o.warmup_rounds
-        self.similarity = torch.eye(
-            self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device
-        )
+        self.warmup = warmup_rounds(rounds, o.warmup_ratio, o.warmup_rounds)
         self.classifier = classifier_weight_key(self.sim.model)
+        self.mixer = SimilarityMixer(
+            self.sim.data.num_clients,
+            self.sim.device,
+            lambda a, b: classifier_similarity(a[self.classifier], b[self.classifier]),
+        )
         self.personalized = False
         if self.warmup == 0:
             self._personalize()
@@ -96,7 +102,7 @@ class PFedSim(Algorithm):
     # ------------------------------------------------------------------ server → client
     def mixing_weights(self, client: int) -> torch.Tensor | None:
         """Row ``client`` of the aggregation matrix (None: it keeps its own body)."""
-        row = self.similarity[client].clone()
+        row = self.mixer.matrix[client].clone()
         if float(row.sum()) <= 1.0:
             return None
         row[client] = SELF_SIMILARITY
@@ -110,10 +116,7 @@ class PFedSim(Algorithm):
         weights = self.mixing_weights(client) if self.personalized else None
         if weights is None:
             return state
-        holders = [j for j in range(len(weights)) if weights[j] > 0]
-        body = mix_states(
-            [store.server_state(j) for j in holders], weights[holders][None], store.shared_keys()
-        )[0]
+        body = self.mixer.mix_row(weights, store.server_state, store.shared_keys(), how=None)
         return {**state, **body}
 
     def received_state(self, rnd: int, client: int) -> State:
@@ -139,10 +142,7 @@ class PFedSim(Algorithm):
         clients = sorted(uploads)
         for c in clients:
             store.set_tailored(c, {k: uploads[c][k] for k in shared})
-        for a, i in enumerate(clients):
-            for j in clients[a + 1 :]:
-                s = classifier_similarity(uploads[i][self.classifier], uploads[j][self.classifier])
-                self.similarity[i, j] = self.similarity[j, i] = s
+        self.mixer.observe(uploads)
 
     def state_restored(self) -> None:
         if self.personalized:

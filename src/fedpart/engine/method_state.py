@@ -8,7 +8,8 @@ form it has::
 and :func:`save_state` / :func:`load_state` write and read them (``Algorithm.extra_state`` and
 ``load_extra_state``). Tensors become the checkpoint's ``extra/<name>…`` entries, values keys of
 ``meta.json``'s ``algorithm_state``; ``name`` defaults to the attribute's name without its
-leading underscores, so ``_round`` is saved as ``round``. The checkpoint has already moved the
+leading underscores, so ``_round`` is saved as ``round``; an attribute of an attribute is a
+dotted path (``saved.Tensor("mixer.matrix", key="phi")``). The checkpoint has already moved the
 tensors to the run's device when they arrive here. An entry the checkpoint lacks leaves the
 attribute as the freshly built method set it. What follows from the restored values (a layer
 made personal again) is the method's ``state_restored`` hook.
@@ -37,6 +38,18 @@ class Field:
     def name(self) -> str:
         return self.attr.lstrip("_") if self.key is None else self.key
 
+    def get(self, method: Any) -> Any:
+        """The attribute's value (``attr`` may be a dotted path: ``mixer.matrix``)."""
+        for part in self.attr.split("."):
+            method = getattr(method, part)
+        return method
+
+    def set(self, method: Any, value: Any) -> None:
+        *path, last = self.attr.split(".")
+        for part in path:
+            method = getattr(method, part)
+        setattr(method, last, value)
+
     def save(self, method: Any) -> tuple[Tensors, dict[str, Any]]:  # pragma: no cover
         raise NotImplementedError
 
@@ -61,13 +74,13 @@ class Tensor(Field):
     dtype: torch.dtype | None = None
 
     def save(self, method: Any) -> tuple[Tensors, dict[str, Any]]:
-        value = getattr(method, self.attr)
+        value = self.get(method)
         return ({} if value is None else {self.name: value}), {}
 
     def load(self, method: Any, tensors: Tensors, values: dict[str, Any]) -> None:
         if self.name in tensors:
             value = tensors[self.name]
-            setattr(method, self.attr, value if self.dtype is None else value.to(self.dtype))
+            self.set(method, value if self.dtype is None else value.to(self.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +92,7 @@ class Named(Field):
     stored: torch.dtype | None = None
 
     def save(self, method: Any) -> tuple[Tensors, dict[str, Any]]:
-        items = getattr(method, self.attr).items()
+        items = self.get(method).items()
         return {
             f"{self.name}/{k}": v if self.stored is None else v.to(self.stored) for k, v in items
         }, {}
@@ -88,7 +101,7 @@ class Named(Field):
         loaded = _entries(tensors, f"{self.name}/")
         if self.dtype is not None:
             loaded = {k: v.to(self.dtype) for k, v in loaded.items()}
-        setattr(method, self.attr, _in_order(loaded, getattr(method, self.attr)))
+        self.set(method, _in_order(loaded, self.get(method)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +113,7 @@ class PerClient(Field):
         return f"{self.name}/" if self.name else ""
 
     def save(self, method: Any) -> tuple[Tensors, dict[str, Any]]:
-        per_client = getattr(method, self.attr)
+        per_client = self.get(method)
         prefix = self._prefix()
         return {
             f"{prefix}{c}/{k}": v for c, state in per_client.items() for k, v in state.items()
@@ -111,7 +124,7 @@ class PerClient(Field):
         for name, value in _entries(tensors, self._prefix()).items():
             client, _, key = name.partition("/")
             out.setdefault(int(client), {})[key] = value
-        setattr(method, self.attr, out)
+        self.set(method, out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +135,7 @@ class Stacked(Field):
     dtype: torch.dtype | None = None
 
     def save(self, method: Any) -> tuple[Tensors, dict[str, Any]]:
-        per_client = getattr(method, self.attr)
+        per_client = self.get(method)
         keys = list(per_client[0]) if per_client else []
         return {f"{self.name}/{k}": torch.stack([s[k] for s in per_client]) for k in keys}, {}
 
@@ -130,13 +143,11 @@ class Stacked(Field):
         loaded = _entries(tensors, f"{self.name}/")
         if not loaded:
             return
-        current = getattr(method, self.attr)
+        current = self.get(method)
         loaded = _in_order(loaded, current[0] if current else {})
         clients = len(next(iter(loaded.values())))
         cast = (lambda t: t) if self.dtype is None else (lambda t: t.to(self.dtype))
-        setattr(
-            method, self.attr, [{k: cast(t[c]) for k, t in loaded.items()} for c in range(clients)]
-        )
+        self.set(method, [{k: cast(t[c]) for k, t in loaded.items()} for c in range(clients)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,13 +156,13 @@ class Module(Field):
     (``None``: nothing saved or loaded)."""
 
     def save(self, method: Any) -> tuple[Tensors, dict[str, Any]]:
-        module = getattr(method, self.attr)
+        module = self.get(method)
         if module is None:
             return {}, {}
         return {f"{self.name}/{k}": v.detach() for k, v in module.state_dict().items()}, {}
 
     def load(self, method: Any, tensors: Tensors, values: dict[str, Any]) -> None:
-        module = getattr(method, self.attr)
+        module = self.get(method)
         if module is not None:
             module.load_state_dict(_entries(tensors, f"{self.name}/"))
 
@@ -165,13 +176,13 @@ class Value(Field):
     decode: Callable[[Any], Any] | None = None
 
     def save(self, method: Any) -> tuple[Tensors, dict[str, Any]]:
-        value = getattr(method, self.attr)
+        value = self.get(method)
         return {}, {self.name: value if self.encode is None else self.encode(value)}
 
     def load(self, method: Any, tensors: Tensors, values: dict[str, Any]) -> None:
         if self.name in values:
             value = values[self.name]
-            setattr(method, self.attr, value if self.decode is None else self.decode(value))
+            self.set(method, value if self.decode is None else self.decode(value))
 
 
 def int_keys(mapping: dict[str, Any]) -> dict[int, int]:
