@@ -99,8 +99,8 @@ def test_every_server_method_under_30_percent_client_failure(name, tmp_path, mon
     sent: dict[int, list[tuple[int, int]]] = {}
     upload = ALGORITHMS[name].upload
 
-    def spy(self, rnd, client, state):
-        out = upload(self, rnd, client, state)
+    def spy(self, rnd, client, state, job=None):
+        out = upload(self, rnd, client, state, job)
         sent.setdefault(rnd, []).append((client, tensor_bytes(out)))
         return out
 

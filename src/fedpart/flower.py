@@ -11,7 +11,8 @@ Flower node is one fedpart client (its ``partition-id``):
 - the node overlays its personal tensors, kept between rounds in ``context.state`` (and, with
   node config ``state-dir``, on the node's disk), runs ``engine.training.train_client`` on its
   own partition and sends back the tensors the method's ``upload`` reads (the shared ones, plus
-  any personal tensor the method itself uploads, such as pFedSim's classifier or FedCMD's φ),
+  any personal tensor the method itself uploads, such as a personal classifier sent up for a
+  similarity),
   never the rest of its personal ones;
 - evaluation is federated: every node evaluates its personalised model on its own split and
   returns per-sample outcomes, from which the engine computes the same accuracies.
@@ -51,7 +52,7 @@ from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
 from fedpart.engine.evaluation import evaluate_clients
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.simulation import Result, Simulation
-from fedpart.engine.training import TrainResult, train_client
+from fedpart.engine.training import ClientJob, TrainResult, train_client
 from fedpart.errors import FedpartError
 from fedpart.tracking.run_dir import RunDir
 
@@ -104,14 +105,9 @@ def check_supported(sim: Simulation) -> None:
         )
     if type(algo).capacity_aware:
         raise FedpartError(f"{name} trains clients at different widths; not on Flower yet")
-    switch = getattr(algo.options, "switch", None)
-    if name == "fedcmd" and switch is not None and switch("similarity") == "weight_deltas":
-        # the weight deltas are taken from the personal layer's start values, which only the
-        # node holds
-        raise FedpartError(
-            "fedcmd with similarity=weight_deltas (variant=code) is not on Flower; "
-            "use algorithm.similarity=parameters"
-        )
+    reason = algo.remote_limitation()
+    if reason is not None:
+        raise FedpartError(f"{name} is not on Flower with this config: {reason}")
     if sim.cfg.federation.on_nonfinite == "skip_client":
         raise FedpartError(
             "federation.on_nonfinite=skip_client retrains on the server; use another value on Flower"
@@ -206,7 +202,7 @@ class FlowerSimulation(Simulation):
         #: per client, the round of the last training whose update the server accepted: the
         #: node's personal tensors are those it kept after that training (-1: the initial ones)
         self.personal_round = [-1] * n
-        #: per client, the personal keys of that training (FedCMD's l* turns personal later)
+        #: per client, the personal keys of that training (a block may turn personal later)
         self.held: list[set[str]] = [set() for _ in range(n)]
         #: ``personal_round`` at the last two checkpoints: the nodes keep those tensors too, for
         #: a resume from either checkpoint generation
@@ -379,19 +375,19 @@ class FlowerSimulation(Simulation):
         algo = self.algorithm
         personal = list(self.store.personal_keys)
         frozen = algo.frozen_blocks(rnd)
-        starts: dict[int, State] = {}
+        jobs: dict[int, ClientJob] = {}
         messages = {}
         for c in clients:
             if c not in self.nodes:
                 continue
-            start = algo.start_state(rnd, c)
-            starts[c] = start
+            jobs[c] = job = algo.job(rnd, c)
+            start = job.start
             probe = _Recorder(start)
-            algo.upload(rnd, c, probe)  # upload is a pure function of the state it is given
+            algo.upload(rnd, c, probe, job)  # a pure function of what it is given
             returned = [k for k in start if k not in personal or k in probe.read]
-            job = cloudpickle.dumps((algo.recipe(rnd, c), self.train_settings(rnd, c), frozen))
+            sent = cloudpickle.dumps((job.recipe, self.train_settings(rnd, c), frozen))
             content = self._content(
-                self._down(c, start), **self._job(c), round=rnd, returned=returned, job=job
+                self._down(c, start), **self._job(c), round=rnd, returned=returned, job=sent
             )
             messages[c] = Message(content, self.nodes[c], "train", group_id=str(rnd))
         out: dict[int, TrainResult] = {}
@@ -401,7 +397,7 @@ class FlowerSimulation(Simulation):
             self.held[c] = set(personal)
             # personal tensors the node did not send stay the server's placeholders: the server
             # never uses them (start states and evaluation overlay the node's own)
-            state = {**starts[c], **_from_record(reply.content["model"])}
+            state = {**jobs[c].start, **_from_record(reply.content["model"])}
             out[c] = TrainResult(
                 state=state,
                 loss=float(info["loss"]),
@@ -409,6 +405,7 @@ class FlowerSimulation(Simulation):
                 steps=int(info["steps"]),
                 phases=[(tuple(k), s, n) for k, s, n in json.loads(str(info["phases"]))],
                 observations=json.loads(str(info["observations"])),
+                job=jobs[c],
             )
         return out
 

@@ -15,6 +15,7 @@ import torch
 from fedpart.engine import method_state
 from fedpart.engine.mixing import tensor_bytes, weighted_average
 from fedpart.engine.recipe import Recipe
+from fedpart.engine.training import ClientJob
 from fedpart.errors import ConfigError
 from fedpart.models.base import batchnorm_keys
 
@@ -144,17 +145,32 @@ class Algorithm:
         :meth:`download_keys`): by default those tensors of the server model, whole."""
         return tensor_bytes({k: self.sim.store.global_state[k] for k in keys})
 
+    def begin_round(self, rnd: int) -> None:
+        """Called once at the start of every round, before any other hook of that round."""
+
+    def job(self, rnd: int, client: int) -> ClientJob:
+        """A participant's job of round ``rnd``: its :meth:`start_state` and :meth:`recipe`
+        (and scratch values a method adds for its ``trained`` and ``upload`` hooks)."""
+        return ClientJob(rnd, client, self.start_state(rnd, client), self.recipe(rnd, client))
+
+    def train_job(self, job: ClientJob) -> Any:
+        """Train ``job`` here, in the driver; the result carries the job."""
+        result = self.sim.train(job.rnd, job.client, job.start, job.recipe)
+        result.job = job
+        return result
+
     def local_update(self, rnd: int, client: int) -> Any:
-        """A participant's local work in round ``rnd``: by default, train its recipe from
-        :meth:`start_state`. Returns the engine's ``TrainResult``."""
-        return self.sim.train(rnd, client, self.start_state(rnd, client))
+        """A participant's local work in round ``rnd``: by default, train its :meth:`job`.
+        Returns the engine's ``TrainResult``."""
+        return self.train_job(self.job(rnd, client))
 
     def start_state(self, rnd: int, client: int) -> State:
         """The model a client starts local training from: global shared blocks ⊕ its personal ones."""
         return self.sim.store.client_state(client)
 
-    def upload(self, rnd: int, client: int, state: State) -> State:
-        """What a client sends after training: its shared, non-frozen tensors."""
+    def upload(self, rnd: int, client: int, state: State, job: ClientJob | None = None) -> State:
+        """What a client sends after training ``job`` to ``state``: its shared, non-frozen
+        tensors. A pure function of its arguments (Flower probes it for what it reads)."""
         keys = self.sim.store.shared_keys(self.frozen_blocks(rnd))
         return {k: state[k] for k in keys}
 
@@ -182,8 +198,14 @@ class Algorithm:
         return self.eval_state(client)
 
     def trained(self, rnd: int, client: int, result: Any) -> None:
-        """Called with every participant's ``TrainResult`` (whatever the backend), before
-        uploads are collected: e.g. to read what the recipe's observer returned."""
+        """Called with every participant's ``TrainResult`` (whatever the backend; its ``job``
+        with it), before uploads are collected: e.g. to read what the recipe's observer
+        returned."""
+
+    def remote_limitation(self) -> str | None:
+        """Why this configuration cannot run where the clients' personal tensors stay on the
+        clients' own machines (Flower's nodes), or None."""
+        return None
 
     def summary_values(self) -> dict[str, Any]:
         """Method-specific values for ``summary.json`` (under the method's name)."""

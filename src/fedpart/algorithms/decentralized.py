@@ -71,7 +71,7 @@ class Decentralized(Algorithm):
         self.set_states(gossip(states, weights, keys))
 
     # -------------------------------------------------------- unused server hooks
-    def upload(self, rnd: int, client: int, state: State) -> State:
+    def upload(self, rnd: int, client: int, state: State, job: Any = None) -> State:
         return {}
 
     def download_keys(self, rnd: int) -> list[str]:

@@ -313,7 +313,7 @@ class DisPFL(Decentralized):
 
     def local_update(self, rnd: int, client: int) -> TrainResult:
         """Masked local training (step 2), then the mask search for the next round (step 3)."""
-        result = self.sim.train(rnd, client, self.start_state(rnd, client))
+        result = self.train_job(self.job(rnd, client))
         mask = self.masks[client]
         for key, m in mask.items():
             result.state[key] = result.state[key] * m

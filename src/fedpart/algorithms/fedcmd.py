@@ -311,7 +311,6 @@ class FedCMD(Algorithm):
         #: the whole latest model of every client (phase 1 under all_clients_uniform)
         self.latest_models: dict[int, State] = {}
         self._votes: dict[int, str] = {}
-        self._before: dict[int, State] = {}
         self._round_votes: dict[str, int] = {}
         if o.personal_layer:
             self._fix(o.personal_layer)
@@ -357,12 +356,6 @@ class FedCMD(Algorithm):
         )
         return Recipe(observe=Observer(blocks=self.chain, fn=fn))
 
-    def start_state(self, rnd: int, client: int) -> State:
-        state = super().start_state(rnd, client)
-        if self.layer is not None and self.options.switch("similarity") == "weight_deltas":
-            self._before[client] = {k: state[k] for k in self._weight_keys()}
-        return state
-
     def _weight_keys(self) -> list[str]:
         """The personalized layer's weight matrices (the code's similarity excludes biases)."""
         assert self.layer is not None
@@ -400,15 +393,14 @@ class FedCMD(Algorithm):
             tie_break=o.switch("tie_break"),
         )
 
-    def upload(self, rnd: int, client: int, state: State) -> State:
-        sent = super().upload(rnd, client, state)
+    def upload(self, rnd: int, client: int, state: State, job: Any = None) -> State:
+        sent = super().upload(rnd, client, state, job)
         if self.layer is not None and self.options.weighted_aggregation and self.post_blocks():
             # Alg. 3 line 9: φ goes up for the similarity only (never aggregated or sent back)
             if self.options.switch("similarity") == "parameters":
                 signal = {k: state[k] for k in self._keys([self.layer], trainable=True)}
             else:
-                before = self._before.pop(client)
-                signal = {k: before[k] - state[k] for k in self._weight_keys()}
+                signal = {k: job.start[k] - state[k] for k in self._weight_keys()}
             sent.update({f"similarity/{k}": v for k, v in signal.items()})
         return sent
 
@@ -506,3 +498,12 @@ class FedCMD(Algorithm):
             raise FedpartError(f"checkpoint names an unknown personalized layer {self.layer!r}")
         if self.layer is not None:
             self._fix(self.layer)
+
+    def remote_limitation(self) -> str | None:
+        if self.options.switch("similarity") == "weight_deltas":
+            return (
+                "similarity=weight_deltas (variant=code) takes the personal layer's update "
+                "against its start values, which only the node holds; use "
+                "algorithm.similarity=parameters"
+            )
+        return None

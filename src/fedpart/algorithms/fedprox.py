@@ -22,16 +22,21 @@ class FedProx(Algorithm):
     summary = "FedAvg with the proximal term (mu/2)||w - w_global||^2."
     Options = FedProxOptions
 
-    def recipe(self, rnd: int, client: int) -> Recipe:
+    def setup(self) -> None:
+        self.round_recipe = self.proximal_recipe()
+
+    def begin_round(self, rnd: int) -> None:
         # One recipe per round: every participant's reference is the same received model w^t
         # (the server model changes only after the round), so the clients can train batched.
-        cached = getattr(self, "_recipe", None)
-        if cached is not None and cached[0] == rnd:
-            return cached[1]
+        self.round_recipe = self.proximal_recipe()
+
+    def proximal_recipe(self) -> Recipe:
+        """Local training with the proximal term to the server model as it is now."""
         store = self.sim.store
         trainable = [k for k, _ in self.sim.model.named_parameters()]
         reference = {k: store.global_state[k].detach() for k in trainable}
         term = LossTerm("proximal", proximal(reference), weight=self.options.mu)
-        recipe = Recipe(phases=(Phase(loss_terms=(term,)),))
-        self._recipe = (rnd, recipe)
-        return recipe
+        return Recipe(phases=(Phase(loss_terms=(term,)),))
+
+    def recipe(self, rnd: int, client: int) -> Recipe:
+        return self.round_recipe

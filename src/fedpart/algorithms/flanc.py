@@ -171,7 +171,6 @@ class FLANC(WidthSliced):
         }
 
     def start_state(self, rnd: int, client: int) -> State:
-        self._trained_round[client] = rnd
         return self.width_state(client)
 
     def eval_state(self, client: int) -> State:

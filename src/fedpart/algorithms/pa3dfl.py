@@ -348,9 +348,8 @@ class Pa3dFL(WidthSliced):
         return self.received(client, super().start_state(rnd, client))
 
     def local_update(self, rnd: int, client: int) -> Any:
-        start = self.start_state(rnd, client)
-        result = self.sim.train(rnd, client, start)
-        self._test[client] = self.test_model(client, start, result.state)
+        result = self.train_job(self.job(rnd, client))
+        self._test[client] = self.test_model(client, result.job.start, result.state)
         return result
 
     def test_model(self, client: int, received: State, trained: State) -> State:

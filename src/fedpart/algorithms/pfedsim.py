@@ -4,6 +4,7 @@ per client with weights from the similarity of the clients' classifiers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -125,8 +126,8 @@ class PFedSim(Algorithm):
         return self.start_state(rnd, client)
 
     # ------------------------------------------------------------------ client → server
-    def upload(self, rnd: int, client: int, state: State) -> State:
-        sent = super().upload(rnd, client, state)
+    def upload(self, rnd: int, client: int, state: State, job: Any = None) -> State:
+        sent = super().upload(rnd, client, state, job)
         if self.personalized:  # the classifier goes up for the similarity only
             sent[self.classifier] = state[self.classifier]
         return sent

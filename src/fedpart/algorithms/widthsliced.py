@@ -20,6 +20,7 @@ from torch import nn
 
 from fedpart.algorithms.base import Algorithm, State
 from fedpart.engine import method_state as saved
+from fedpart.engine.training import ClientJob
 from fedpart.models.width import (
     IndexSets,
     embed_state,
@@ -66,7 +67,6 @@ class WidthSliced(Algorithm):
         self._index: dict[tuple[float, int], IndexSets] = {}
         self._round = 0  # the round whose selection evaluation uses
         self._trained_round: dict[int, int] = {}  # the round each client's last slice is from
-        self._prev_personal: dict[int, State] = {}
 
     # --------------------------------------------------------------- widths
     def width(self, client: int) -> float:
@@ -117,9 +117,8 @@ class WidthSliced(Algorithm):
         return self._models[p]
 
     # ---------------------------------------------------------------- round
-    def download_keys(self, rnd: int) -> list[str]:
+    def begin_round(self, rnd: int) -> None:
         self._round = rnd
-        return super().download_keys(rnd)
 
     def download_bytes(self, rnd: int, client: int, keys: list[str]) -> int:
         """Bytes of the client's slice of ``keys``: never more than its width holds."""
@@ -135,11 +134,16 @@ class WidthSliced(Algorithm):
             total += math.prod(sizes) * t.element_size()
         return total
 
+    def job(self, rnd: int, client: int) -> ClientJob:
+        store = self.sim.store
+        # the full-shaped personal tensors the trained slice goes back into (``trained``)
+        personal = store.personal.get(client, store.init_personal) if store.personal_keys else {}
+        job = super().job(rnd, client)
+        job.scratch["personal"] = personal
+        return job
+
     def start_state(self, rnd: int, client: int) -> State:
         store = self.sim.store
-        self._trained_round[client] = rnd
-        if store.personal_keys:
-            self._prev_personal[client] = store.personal.get(client, store.init_personal)
         index = self.index_sets(rnd, client)
         state = store.client_state(client)
         return slice_state(state, index) if index else state
@@ -148,9 +152,10 @@ class WidthSliced(Algorithm):
         # the store keeps full shapes: a client's personal slice goes back into its full
         # personal tensors, whose unheld coordinates keep their values
         store = self.sim.store
+        self._trained_round[client] = rnd
         index = self.index_sets(rnd, client)
         if index and store.personal_keys:
-            prev = self._prev_personal.pop(client)
+            prev = result.job.scratch["personal"]
             sub = {k: result.state[k] for k in store.personal_keys}
             store.personal[client] = embed_state(prev, sub, index)
 

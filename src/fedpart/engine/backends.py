@@ -196,10 +196,10 @@ class Batched(Backend):
             model = models[model_id]
             if len(members) < 2 or can_batch(model, [recipe]) is not None:
                 continue
-            starts = [algo.start_state(rnd, c) for c in members]
+            jobs = [algo.job(rnd, c) for c in members]
             trained = train_clients_batched(
                 model,
-                starts,
+                [job.start for job in jobs],
                 recipe,
                 sim.data,
                 members,
@@ -209,7 +209,9 @@ class Batched(Backend):
                 chunk=sim.cfg.engine.batch_clients or None,
                 lr_scales=[factors[c] for c in members],
             )
-            out.update(zip(members, trained, strict=True))
+            for job, result in zip(jobs, trained, strict=True):
+                result.job = job
+                out[job.client] = result
         return out
 
     def finetune(
@@ -269,17 +271,15 @@ class Remote(Backend):
             return {}
         trainer = self.trainer()
         frozen = algo.frozen_blocks(rnd)
-        jobs = [
-            (
-                c,
-                compact_state(algo.start_state(rnd, c)),
-                algo.recipe(rnd, c),
-                sim.train_settings(rnd, c),
-                frozen,
-            )
-            for c in clients
+        jobs = {c: algo.job(rnd, c) for c in clients}
+        sent = [
+            (c, compact_state(job.start), job.recipe, sim.train_settings(rnd, c), frozen)
+            for c, job in jobs.items()
         ]
-        return trainer.train(jobs, rnd)
+        results = trainer.train(sent, rnd)
+        for c, result in results.items():
+            result.job = jobs[c]
+        return results
 
     def close(self) -> None:
         """Stop the worker processes, if any (Ray stays up: it may be a shared cluster)."""

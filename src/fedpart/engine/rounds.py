@@ -84,6 +84,7 @@ def server_round(sim: Any, rnd: int) -> dict[str, Any]:
     algo = sim.algorithm
     cfg = sim.cfg
     participants = sample_clients(cfg.seed, rnd, sim.data.num_clients, cfg.federation.join_ratio)
+    algo.begin_round(rnd)
     down_keys = algo.download_keys(rnd)
     # a capacity-aware method sends each participant the slice of its width
     down = sum(algo.download_bytes(rnd, c, down_keys) for c in participants)
@@ -105,7 +106,7 @@ def server_round(sim: Any, rnd: int) -> dict[str, Any]:
     up_bytes = 0
     late, sim.late = sim.late, {}
     for client, result in results.items():
-        sent = algo.upload(rnd, client, result.state)
+        sent = algo.upload(rnd, client, result.state, result.job)
         up_bytes += tensor_bytes(sent)  # counted in the round it is sent, arrived or not
         weight = float(sim.data.clients[client].num_train)
         if client in failed:  # a straggler's update arrives next round
@@ -153,6 +154,7 @@ def decentralized_round(sim: Any, rnd: int) -> dict[str, Any]:
     (before training when the method's algorithm box aggregates first)."""
     assert sim.topology is not None
     algo = sim.algorithm
+    algo.begin_round(rnd)
     graph = sim.topology.graph(rnd)
     sim.exchange = Exchange(sim.data.num_clients)
     if algo.mix_first:

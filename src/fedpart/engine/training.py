@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.func import functional_call
@@ -42,6 +43,20 @@ class TrainSettings:
 
 
 @dataclass
+class ClientJob:
+    """One client's local work in one round, made by ``Algorithm.job`` before it trains: the
+    state it starts from, its recipe, and scratch values a method keeps until the client's
+    ``trained`` and ``upload`` hooks (which receive it with the result) — so that no hook has
+    to leave per-client values on the method for a later one."""
+
+    rnd: int
+    client: int
+    start: State
+    recipe: Any
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class TrainResult:
     """What local training returns: the new state and the mean training loss."""
 
@@ -53,6 +68,9 @@ class TrainResult:
     phases: list[tuple[tuple[str, ...], int, int]] = field(default_factory=list)
     #: what the recipe's observer returned for each batch, in order (empty without one)
     observations: list[object] = field(default_factory=list)
+    #: the job it was trained from (set in the driver; None for a method's own local update
+    #: that trained without one)
+    job: ClientJob | None = None
 
 
 def batch_slices(
