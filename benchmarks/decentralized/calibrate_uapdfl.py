@@ -24,7 +24,7 @@ Records: ``benchmarks/decentralized/results/calib-uapdfl-beta<β>.json`` (per-ro
 percentiles, D, μ); the study reads th_I and μ from them (``reproduce.py``). ``--pool 0`` applies
 the same rule on the whole pool (``calib-uapdfl-poolall-beta<β>.json``), for the mechanism check
 of ``reproduce.py --only uapdfl-mechanism``: whether the rule separates β = 0.5 from β = 5 where
-a client takes ~40 local steps a round (the paper's ~30), not 2.
+a client takes ~35 local steps a round (the paper's ~30), not 2.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ DFedAvgM with twice the local epochs and half the rounds, as in the paper; UA-PD
 μ from ``calibrate_uapdfl.py``. ``uapdfl-ablation``: the paper's Fig. 13 (without layer-wise
 personalization, without client-wise dropout, without both) at both β. ``uapdfl-mechanism``
 (after ``calibrate_uapdfl.py --pool 0 --betas 0.5``): UA-PDFL on the whole pool, where a client
-takes ~40 local steps a round, with th_I calibrated there by the same rule, seed 0, 60 rounds —
+takes ~35 local steps a round, with th_I calibrated there by the same rule, seed 0, 60 rounds —
 whether the rule gives rare dropouts at β = 0.5 and common ones at β = 5 where local training
 separates copied models within a round.
 
@@ -172,7 +172,7 @@ MECHANISM_ROUNDS = 60
 
 
 def _uapdfl_mechanism_runs() -> list[Run]:
-    """UA-PDFL on the whole pool (~40 local steps a round, the paper's ~30; the study's: 2), th_I
+    """UA-PDFL on the whole pool (~35 local steps a round, the paper's ~30; the study's: 2), th_I
     and μ calibrated there by the study's rule: does the rule separate β = 0.5 from β = 5 there?"""
     from calibrate_uapdfl import calibrated
 
