@@ -518,10 +518,12 @@ PARTICIPANT_PROTOCOLS = ("none", "before", "after", "both")
 
 def validate(cfg: Config) -> None:
     """Check ranges, registry names and method/dataset/model options; raise ConfigError."""
-    from fedpart.algorithms import ALGORITHMS
     from fedpart.data.partition import PARTITIONS
     from fedpart.data.sources import DATASETS
     from fedpart.models import MODELS
+    from fedpart.registry import methods
+
+    ALGORITHMS = methods()
 
     _choice("dataset.name", cfg.dataset.name, sorted(DATASETS), "dataset")
     _check_options(

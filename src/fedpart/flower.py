@@ -90,21 +90,19 @@ def require_flwr() -> None:
 
 def check_supported(sim: Simulation) -> None:
     """Refuse, in one line, a method or config the Flower path cannot run exactly."""
-    from fedpart.algorithms.base import Algorithm
-
     algo = sim.algorithm
     name = sim.cfg.algorithm.name
     if algo.setting not in ("centralized", "cloud-edge"):
         raise FedpartError(
             f"{name} is {algo.setting}: Flower runs only methods whose aggregation is on a server"
         )
-    if type(algo).local_update is not Algorithm.local_update:
+    if type(algo).capacity_aware:
+        raise FedpartError(f"{name} trains clients at different widths; not on Flower yet")
+    if "flower" not in type(algo).backends:
         raise FedpartError(
             f"{name} has its own local update (several trainings per round on client state the "
             "server holds); it runs with fedpart run only"
         )
-    if type(algo).capacity_aware:
-        raise FedpartError(f"{name} trains clients at different widths; not on Flower yet")
     reason = algo.remote_limitation()
     if reason is not None:
         raise FedpartError(f"{name} is not on Flower with this config: {reason}")

@@ -20,7 +20,7 @@ from fedpart.errors import ConfigError
 from fedpart.models.base import batchnorm_keys
 
 if TYPE_CHECKING:
-    from fedpart.engine.simulation import Simulation
+    from fedpart.engine.context import MethodContext
 
 State = dict[str, torch.Tensor]
 
@@ -52,9 +52,10 @@ class Algorithm:
     setting: ClassVar[str] = "centralized"
     Options: ClassVar[type] = NoOptions
     has_global_model: ClassVar[bool] = True
-    #: backends the method can run on (``batched`` and ``ray`` need the default ``local_update``;
-    #: ``batched`` also one recipe shared by the clients of a round)
-    backends: ClassVar[tuple[str, ...]] = ("sequential", "batched", "ray", "processes")
+    #: backends the method can run on (``batched``, ``ray``, ``processes`` and Flower's nodes,
+    #: ``flower``, need the default ``local_update``; ``batched`` also one recipe shared by the
+    #: clients of a round): declared, the engine never inspects a method's hooks to find out
+    backends: ClassVar[tuple[str, ...]] = ("sequential", "batched", "ray", "processes", "flower")
     #: model options the method needs, applied when the model offers the option and the config
     #: leaves it unset (FedBN: ``{"norm": "bn"}`` gives the quick-start CNN BatchNorm)
     model_defaults: ClassVar[dict[str, Any]] = {}
@@ -64,7 +65,7 @@ class Algorithm:
     #: method state saved in checkpoints and restored on resume (``engine.method_state``)
     checkpointed: ClassVar[tuple[method_state.Field, ...]] = ()
 
-    def __init__(self, options: Any, sim: Simulation) -> None:
+    def __init__(self, options: Any, sim: MethodContext) -> None:
         self.options = options
         self.sim = sim
 

@@ -18,7 +18,7 @@ from fedpart.engine import method_state as saved
 from fedpart.engine.mixers import warmup_rounds
 from fedpart.engine.mixing import mix_states, tensor_bytes
 from fedpart.engine.recipe import Phase, Recipe
-from fedpart.engine.simulation import sample_clients
+from fedpart.engine.rounds import sample_clients
 from fedpart.engine.training import TrainResult
 from fedpart.errors import DataError
 

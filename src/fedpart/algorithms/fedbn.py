@@ -26,7 +26,7 @@ def builds_batchnorm(cfg: Any, algo_cls: type[Algorithm]) -> bool:
     (``fedpart compare`` leaves FedBN and FedAP out when it has none). A config that cannot
     build its model is left to the run to report."""
     from fedpart.data.sources import DATASETS
-    from fedpart.engine.simulation import model_options
+    from fedpart.engine.build import model_options
 
     info = DATASETS.get(cfg.dataset.name)
     if info is None:

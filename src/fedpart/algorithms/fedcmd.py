@@ -249,7 +249,7 @@ class FedCMD(Algorithm):
         saved.Value("round_winners"),
     )
     Options = FedCMDOptions
-    backends = ("sequential", "ray", "processes")
+    backends = ("sequential", "ray", "processes", "flower")
 
     def setup(self) -> None:
         o = self.options

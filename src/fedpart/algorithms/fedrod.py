@@ -59,7 +59,7 @@ class FedRoD(Algorithm):
     is trained with CE(head(z).detach() + phead(z.detach()), y) and never leaves the client."""
 
     name = "fedrod"
-    backends = ("sequential", "ray", "processes")  # a per-client objective: not batched
+    backends = ("sequential", "ray", "processes", "flower")  # a per-client objective: not batched
     summary = "Generic head with balanced softmax + personal head on detached features."
 
     def wrap_model(self, model: BlockModel) -> BlockModel:

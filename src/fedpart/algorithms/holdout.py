@@ -17,13 +17,13 @@ from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import TrainResult, train_client
 
 if TYPE_CHECKING:
-    from fedpart.engine.simulation import Simulation
+    from fedpart.engine.context import MethodContext
 
 State = dict[str, torch.Tensor]
 
 
 def split_train(
-    sim: Simulation, client: int, fraction: float, stream: int, *keys: int
+    sim: MethodContext, client: int, fraction: float, stream: int, *keys: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(held, kept)``: ``⌊fraction · n⌋`` of ``client``'s training indices drawn at random
     and the others (both sorted), from the stream ``(seed, "algorithm", stream, client, *keys)``.
@@ -38,7 +38,7 @@ def split_train(
 
 
 def train_on(
-    sim: Simulation,
+    sim: MethodContext,
     rnd: int,
     client: int,
     start: State,
@@ -62,7 +62,7 @@ def train_on(
     )
 
 
-def mean_loss(sim: Simulation, state: State, index: torch.Tensor) -> float:
+def mean_loss(sim: MethodContext, state: State, index: torch.Tensor) -> float:
     """Mean cross-entropy of ``state`` (evaluation mode) on the pool samples ``index``."""
     _, losses = evaluate_samples(sim.model, state, sim.data, index, sim.cfg.engine.eval_batch_size)
     return float(losses.double().mean()) if losses.numel() else 0.0

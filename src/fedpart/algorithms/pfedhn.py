@@ -59,7 +59,7 @@ class PFedHN(Algorithm):
     name = "pfedhn"
     summary = "A server hyper-network generates each client's whole model (pFedHN rule)."
     Options = PFedHNOptions
-    backends = ("sequential",)
+    backends = ("sequential", "flower")
     has_global_model = False  # the server holds a hyper-network, not a model
     checkpointed = (saved.Module("hn"), saved.Value("_hn_loss"))
 

@@ -111,12 +111,10 @@ def resolve_backend(
     return wanted
 
 
-def default_local_update(algorithm: Any) -> bool:
-    """Whether ``algorithm``'s local update is the engine's (train its recipe from its start
-    state): only such clients can be trained away from the driver's method object."""
-    from fedpart.algorithms.base import Algorithm
-
-    return type(algorithm).local_update is Algorithm.local_update
+def supported(algorithm: Any, backend: str) -> bool:
+    """Whether ``algorithm`` declares ``backend`` among its ``backends`` (a method with a local
+    update of its own declares only ``sequential``: its clients train in the driver)."""
+    return backend in type(algorithm).backends
 
 
 class Backend:
@@ -169,7 +167,7 @@ class Batched(Backend):
 
         sim = self.sim
         algo = sim.algorithm
-        if not default_local_update(algo):
+        if not supported(algo, self.name):
             return {}
         # Clients whose recipes differ only in their phases' learning-rate factors (push-sum's
         # 1/μ_i) are grouped, the factors passed per client.
@@ -267,7 +265,7 @@ class Remote(Backend):
     def train(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
         sim = self.sim
         algo = sim.algorithm
-        if not default_local_update(algo):
+        if not supported(algo, self.name):
             return {}
         trainer = self.trainer()
         frozen = algo.frozen_blocks(rnd)

@@ -22,6 +22,7 @@ from fedpart.engine.seeding import seed_for
 from fedpart.engine.store import ClientStateStore
 from fedpart.errors import FedpartError
 from fedpart.models import BlockModel, build_model
+from fedpart.registry import methods
 from fedpart.topology import Topology, build_topology
 
 
@@ -72,9 +73,7 @@ def resolved_config(cfg: Config) -> tuple[Any, Any, Config]:
     Every option's value, defaults included, goes into the run's config.yaml and checkpoint: a
     resumed run keeps the values it started with if a default changes later. So does the
     evaluation batch size the device gets."""
-    from fedpart.algorithms import ALGORITHMS
-
-    algo_cls = ALGORITHMS[cfg.algorithm.name]
+    algo_cls = methods()[cfg.algorithm.name]
     options = algo_cls.parse_options(cfg.algorithm.options)
     cfg = dataclasses.replace(
         cfg,

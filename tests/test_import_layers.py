@@ -1,0 +1,39 @@
+"""The engine and the methods do not import each other in a circle: the engine finds methods
+through ``fedpart.registry`` and hands them a ``MethodContext``; no method file names the
+engine's ``Simulation``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "fedpart"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of the file (``TYPE_CHECKING`` blocks and
+    imports inside functions included)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def test_no_engine_module_imports_the_methods():
+    for path in sorted((SRC / "engine").glob("*.py")):
+        bad = {m for m in imported_modules(path) if m.split(".")[:2] == ["fedpart", "algorithms"]}
+        assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+def test_no_method_file_names_the_simulation():
+    for path in sorted((SRC / "algorithms").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        modules = imported_modules(path)
+        assert "Simulation" not in names and not any("Simulation" in m for m in modules), path
+        assert "fedpart.engine.simulation" not in modules, path
