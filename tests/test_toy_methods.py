@@ -1,0 +1,157 @@
+"""Methods built on a toy context — a small model and a few tensors, no dataset — and tested
+for the behaviour that defines them (as FedJAX's ``fed_avg_test`` tests an algorithm): FedCMD's
+personal-layer selection and similarity-tailored mixing, Dis-PFL's mask-holder averaging,
+Pa3dFL's hyper-network giving clients their own tensors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from fedpart.config import Config
+from fedpart.engine.mixing import mix_states, normalize_rows
+from fedpart.engine.store import ClientStateStore
+from fedpart.engine.training import ClientJob
+from fedpart.models.cnn import FedAvgCNN
+from fedpart.models.mlp import MLP
+from fedpart.registry import methods
+
+
+def build(name: str, model, clients: int, *, capacity=None, input_shape=(4,), **options):
+    """A method on a toy context: the ``MethodContext`` members it reads, nothing loaded."""
+    cfg = Config.from_dict(
+        {"seed": 5, "algorithm": {"name": name, **options}, "federation": {"rounds": 4}}
+    )
+    cls = methods()[name]
+    ctx = SimpleNamespace(
+        cfg=cfg,
+        model=model,
+        data=SimpleNamespace(
+            num_clients=clients, bundle=SimpleNamespace(input_shape=tuple(input_shape))
+        ),
+        device=torch.device("cpu"),
+        capacity=capacity,
+        exchange=None,
+        rounds_completed=0,
+    )
+    algo = cls(cls.parse_options(options), ctx)
+    ctx.algorithm = algo
+    ctx.model = algo.wrap_model(model)
+    ctx.store = ClientStateStore(
+        ctx.model, ctx.model.state_dict(), algo.stored_blocks(), algo.personal_keys()
+    )
+    algo.setup()
+    return algo, ctx
+
+
+def toy_model() -> MLP:
+    """Three blocks: fc1 | fc2 | classifier."""
+    torch.manual_seed(0)
+    return MLP(3, (4,), hidden=(5, 6))
+
+
+def moved(state: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        k: v + torch.randn(v.shape, generator=g) if v.is_floating_point() else v
+        for k, v in state.items()
+    }
+
+
+# ----------------------------------------------------------------------------------- FedCMD
+def test_fedcmd_fixes_the_majority_layer_after_the_selection_rounds():
+    algo, ctx = build("fedcmd", toy_model(), 4, selection_rounds=2)
+    assert algo.candidates == ("fc2", "classifier") and algo.chain == ("fc1", "fc2", "classifier")
+    assert algo.recipe(0, 0).observe.blocks == algo.chain  # every batch votes in selection
+    start = ctx.store.client_state(0)
+    votes = {0: [1, 1, 0], 1: [1], 2: [0, 1, 1], 3: [0]}  # batch votes: indices of candidates
+    for rnd in range(2):
+        for c, v in votes.items():
+            algo.trained(rnd, c, SimpleNamespace(observations=v))
+        uploads = {c: algo.upload(rnd, c, moved(start, c)) for c in votes}
+        algo.aggregate(rnd, uploads, dict.fromkeys(votes, 1.0))
+        assert algo.round_winners[-1] == "classifier"  # clients 0, 1, 2 vote classifier
+    assert algo.layer == "classifier"
+    assert set(ctx.store.personal_keys) == {"classifier.weight", "classifier.bias"}
+
+
+def test_fedcmd_mixes_the_layers_after_l_star_by_personal_layer_similarity():
+    algo, ctx = build("fedcmd", toy_model(), 4, personal_layer="fc1")
+    assert algo.layer == "fc1" and algo.post_blocks() == ["fc2", "classifier"]
+    start = ctx.store.client_state(0)
+    participants = [0, 2, 3]
+    states = {c: moved(start, 10 + c) for c in participants}
+    jobs = {c: ClientJob(0, c, start, None) for c in participants}
+    for c in participants:  # the engine keeps a trained client's personal tensors (l*)
+        ctx.store.set_personal(c, states[c])
+    uploads = {c: algo.upload(0, c, states[c], jobs[c]) for c in participants}
+    assert "similarity/fc1.weight" in uploads[0]  # φ goes up for the similarity only
+    algo.aggregate(0, uploads, dict.fromkeys(participants, 1.0))
+    phi = algo.mixer.matrix
+    fc1 = ["fc1.bias", "fc1.weight"]  # Eq. 8 over φ flattened in key order
+    flat = {c: torch.cat([states[c][k].flatten() for k in fc1]).double() for c in participants}
+    for i in participants:
+        for j in participants:
+            if i != j:
+                cos = float(flat[i] @ flat[j] / (flat[i].norm() * flat[j].norm() + 1e-8))
+                assert float(phi[i, j]) == max(0.0, cos)
+    post = [k for k in ctx.store.keys if not k.startswith("fc1.")]
+    for i in participants:
+        held = [j for j in participants if phi[i, j] > 0]
+        w = normalize_rows(phi[i, held][None], "linear")
+        expect = mix_states([states[j] for j in held], w, post)[0]
+        got = ctx.store.client_state(i)
+        assert all(torch.equal(got[k], expect[k]) for k in post)
+        assert all(torch.equal(got[k], states[i][k]) for k in fc1)  # l* stays on the client
+
+
+# ---------------------------------------------------------------------------------- Dis-PFL
+def test_dispfl_averages_each_coordinate_over_the_clients_holding_it():
+    algo, ctx = build("dispfl", toy_model(), 3, dense_ratio=0.5)
+    assert algo.prunable == ["fc1.weight", "fc2.weight", "classifier.weight"]
+    key = "fc1.weight"
+    shape = ctx.store.global_state[key].shape
+    g = torch.Generator().manual_seed(1)
+    algo.support = [{k: torch.rand(m[k].shape, generator=g) > 0.5 for k in m} for m in algo.masks]
+    states = [
+        {k: torch.randn(v.shape, generator=g) for k, v in ctx.store.client_state(c).items()}
+        for c in range(3)
+    ]
+    for c in range(3):  # a client's model is zero outside the support it trained under
+        for k, m in algo.support[c].items():
+            states[c][k] = states[c][k] * m
+    weights = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    out = algo.aggregate_sparse(0, [0, 1, 2], weights, states)
+    held = torch.stack([algo.support[j][key] for j in range(3)]).float()
+    a = weights.float().reshape(3, 1, 1)
+    num = (a * held * torch.stack([s[key] for s in states])).sum(0)
+    den = (a * held).sum(0)
+    nobody = den == 0
+    expect = torch.where(nobody, torch.zeros(shape), num / torch.where(nobody, 1.0, den))
+    assert torch.allclose(out[key], expect * algo.masks[0][key], rtol=1e-6, atol=1e-7)
+    assert bool((out[key][~algo.masks[0][key]] == 0).all())  # only its own mask's coordinates
+    bias = "fc1.bias"  # dense: the weighted average of every sender
+    dense = sum(float(weights[j]) * states[j][bias] for j in range(3))
+    assert torch.allclose(out[bias], dense, rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------- Pa3dFL
+def test_pa3dfl_hypernetwork_gives_each_client_its_own_tensors_at_its_width():
+    torch.manual_seed(0)
+    model = FedAvgCNN(10, (1, 28, 28), padding=2, width=4)
+    widths = SimpleNamespace(width=[1.0, 1.0, 0.5], capacity=[1.0, 1.0, 0.5])
+    algo, ctx = build("pa3dfl", model, 3, capacity=widths, input_shape=(1, 28, 28))
+    assert algo.hn is not None
+    received = [algo.received(c) for c in range(3)]
+    personal = [k for k in received[0] if k.startswith("personal.")]
+    assert personal
+    for k in personal:
+        assert not torch.equal(received[0][k], received[1][k])  # same width, other tensors
+        assert received[2][k].numel() <= received[0][k].numel()  # the narrow client's slice
+    before = {k: received[0][k].clone() for k in personal}
+    trained = {c: moved(algo.start_state(0, c), 20 + c) for c in (0, 1)}
+    uploads = {c: algo.upload(0, c, trained[c]) for c in (0, 1)}
+    algo.aggregate(0, uploads, {0: 1.0, 1: 1.0})
+    after = algo.received(0)
+    assert any(not torch.equal(after[k], before[k]) for k in personal)  # the step moved them
