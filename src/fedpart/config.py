@@ -456,6 +456,26 @@ def _range(
 LIMITS = ("ge", "gt", "le", "lt", "choices")
 
 
+def option(
+    default: Any = dataclasses.MISSING,
+    doc: str = "",
+    *,
+    factory: Any = None,
+    **limits: Any,
+) -> Any:
+    """One option of a method's ``Options`` dataclass (an ``algorithm.*`` key): its default (or
+    ``factory`` for a list), its one-line ``doc`` and its limits (:data:`LIMITS`, checked by
+    :func:`check_limits`), e.g. ``rho: float = option(0.1, "ρ of the selection phase", ge=0,
+    le=1)``."""
+    unknown = set(limits) - set(LIMITS)
+    if unknown:
+        raise TypeError(f"unknown option limits {sorted(unknown)}; valid: {', '.join(LIMITS)}")
+    metadata = {"doc": doc, **limits}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 def check_limits(options: Any, section: str) -> None:
     """Check every field of the dataclass ``options`` against the limits its metadata declares
     (:data:`LIMITS`); ``None`` passes (an unset optional value), a list is checked item by item.

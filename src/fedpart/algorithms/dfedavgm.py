@@ -13,6 +13,7 @@ import dataclasses
 
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine.recipe import Recipe, head_then_body
 
 
@@ -35,13 +36,11 @@ class DFedAvgMP(Decentralized):
 
     @dataclasses.dataclass
     class Options:
-        head_epochs: int = dataclasses.field(
-            default=1,
-            metadata={
-                "ge": 0,
-                "doc": "epochs of the head phase before the body phase, as DFedPGP's recipe "
-                "(0: head and body trained jointly)",
-            },
+        head_epochs: int = option(
+            1,
+            "epochs of the head phase before the body phase, as DFedPGP's recipe "
+            "(0: head and body trained jointly)",
+            ge=0,
         )
 
     def personal_blocks(self) -> set[str]:

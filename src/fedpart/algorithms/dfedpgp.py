@@ -21,6 +21,7 @@ import dataclasses
 
 from fedpart.algorithms.decentralized import PushSum
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine.recipe import Recipe, head_then_body
 
 
@@ -33,13 +34,8 @@ class DFedPGP(PushSum):
 
     @dataclasses.dataclass
     class Options:
-        head_epochs: int = dataclasses.field(
-            default=1, metadata={"ge": 0, "doc": "K_v: epochs of the head phase (the paper: 1)"}
-        )
-        head_lr_scale: float = dataclasses.field(
-            default=1.0,
-            metadata={"ge": 0, "doc": "η_v / η_u (the paper states only η_u; default 1)"},
-        )
+        head_epochs: int = option(1, "K_v: epochs of the head phase (the paper: 1)", ge=0)
+        head_lr_scale: float = option(1.0, "η_v / η_u (the paper states only η_u; default 1)", ge=0)
 
     def personal_blocks(self) -> set[str]:
         return set(self.sim.model.head_names)

@@ -49,6 +49,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import State
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import Recipe, cross_entropy
 from fedpart.engine.seeding import torch_generator
@@ -162,55 +163,40 @@ class DisPFL(Decentralized):
 
     @dataclasses.dataclass
     class Options:
-        dense_ratio: float = dataclasses.field(
-            default=0.5,
-            metadata={
-                "gt": 0,
-                "le": 1,
-                "doc": "overall density of every client's mask (the paper's main setting: 0.5)",
-            },
+        dense_ratio: float = option(
+            0.5,
+            "overall density of every client's mask (the paper's main setting: 0.5)",
+            gt=0,
+            le=1,
         )
-        anneal_factor: float = dataclasses.field(
-            default=0.5,
-            metadata={
-                "ge": 0,
-                "le": 1,
-                "doc": "α: fraction of active weights swapped in round 0, cosine-annealed "
-                "(the official default 0.5; 0 keeps the masks fixed)",
-            },
+        anneal_factor: float = option(
+            0.5,
+            "α: fraction of active weights swapped in round 0, cosine-annealed "
+            "(the official default 0.5; 0 keeps the masks fixed)",
+            ge=0,
+            le=1,
         )
-        regrow: str = dataclasses.field(
-            default="gradient",
-            metadata={
-                "choices": ("gradient", "random"),
-                "doc": "gradient (the paper: largest |gradient| on one batch) or random "
-                "(the official scripts' --dis_gradient_check)",
-            },
+        regrow: str = option(
+            "gradient",
+            "gradient (the paper: largest |gradient| on one batch) or random "
+            "(the official scripts' --dis_gradient_check)",
+            choices=("gradient", "random"),
         )
-        distribution: str = dataclasses.field(
-            default="erk",
-            metadata={
-                "choices": ("erk", "uniform"),
-                "doc": "layer densities: erk (the paper) or uniform (every layer dense_ratio)",
-            },
+        distribution: str = option(
+            "erk",
+            "layer densities: erk (the paper) or uniform (every layer dense_ratio)",
+            choices=("erk", "uniform"),
         )
-        erk_power_scale: float = dataclasses.field(
-            default=1.0,
-            metadata={"ge": 0, "doc": "exponent of the ERK score (the official default 1)"},
+        erk_power_scale: float = option(
+            1.0, "exponent of the ERK score (the official default 1)", ge=0
         )
-        anneal_rounds: int = dataclasses.field(
-            default=0,
-            metadata={
-                "ge": 0,
-                "doc": "T of the cosine schedule (0: federation.rounds, as the official code)",
-            },
+        anneal_rounds: int = option(
+            0, "T of the cosine schedule (0: federation.rounds, as the official code)", ge=0
         )
-        mask_bitmap: bool = dataclasses.field(
-            default=True,
-            metadata={
-                "doc": "count the sender's mask (1 bit per prunable coordinate) on top of "
-                "the values (false: values only, as the official count of nonzeros)"
-            },
+        mask_bitmap: bool = option(
+            True,
+            "count the sender's mask (1 bit per prunable coordinate) on top of "
+            "the values (false: values only, as the official count of nonzeros)",
         )
 
     # ------------------------------------------------------------ step 0: initial masks

@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
 
 
 @dataclass
 class DittoOptions:
-    lam: float = field(
-        default=0.1,
-        metadata={"ge": 0, "doc": "λ of the personal objective F_i(v) + (λ/2)||v − w||²"},
-    )
-    personal_epochs: int | None = field(
-        default=None,
-        metadata={
-            "ge": 0,
-            "doc": "epochs on the personal model per round (default federation.local_epochs)",
-        },
+    lam: float = option(0.1, "λ of the personal objective F_i(v) + (λ/2)||v − w||²", ge=0)
+    personal_epochs: int | None = option(
+        None, "epochs on the personal model per round (default federation.local_epochs)", ge=0
     )
 
 

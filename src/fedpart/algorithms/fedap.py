@@ -4,7 +4,7 @@ clients' BatchNorm input statistics, after a pre-training phase; BatchNorm layer
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,6 +14,7 @@ from torch.func import functional_call
 from fedpart.algorithms.fedbn import LocalBatchNorm
 from fedpart.algorithms.holdout import split_train, train_on
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixers import warmup_rounds
 from fedpart.engine.mixing import mix_states, tensor_bytes
@@ -33,53 +34,36 @@ PRETRAIN_MODES = ("sequential", "fedavg")
 
 @dataclass
 class FedAPOptions:
-    model_momentum: float = field(
-        default=0.5,
-        metadata={
-            "ge": 0,
-            "le": 1,
-            "doc": "λ: a client's weight on its own model; the others share 1 − λ (FedCMD: 0.5)",
-        },
+    model_momentum: float = option(
+        0.5,
+        "λ: a client's weight on its own model; the others share 1 − λ (FedCMD: 0.5)",
+        ge=0,
+        le=1,
     )
-    warmup_ratio: float = field(
-        default=0.5,
-        metadata={
-            "ge": 0,
-            "le": 1,
-            "doc": "the first int(ratio · federation.rounds) rounds pre-train (FL-bench: 0.5)",
-        },
+    warmup_ratio: float = option(
+        0.5, "the first int(ratio · federation.rounds) rounds pre-train (FL-bench: 0.5)", ge=0, le=1
     )
-    warmup_rounds: int | None = field(
-        default=None,
-        metadata={
-            "ge": 0,
-            "doc": "the number of pre-training rounds instead (FL-bench's warmup_round >= 1)",
-        },
+    warmup_rounds: int | None = option(
+        None, "the number of pre-training rounds instead (FL-bench's warmup_round >= 1)", ge=0
     )
-    pretrain: str = field(
-        default="sequential",
-        metadata={
-            "choices": PRETRAIN_MODES,
-            "doc": "sequential (FL-bench's FedAP: every client in turn trains the one model on "
-            "its pre-training share) or fedavg (f-FedAP: FedAvg of the sampled clients)",
-        },
+    pretrain: str = option(
+        "sequential",
+        "sequential (FL-bench's FedAP: every client in turn trains the one model on "
+        "its pre-training share) or fedavg (f-FedAP: FedAvg of the sampled clients)",
+        choices=PRETRAIN_MODES,
     )
-    pretrain_data_ratio: float = field(
-        default=0.3,
-        metadata={
-            "gt": 0,
-            "lt": 1,
-            "doc": "sequential: share of each client's training data used for pre-training and "
-            "the statistics; the rest trains afterwards (FL-bench: 0.3)",
-        },
+    pretrain_data_ratio: float = option(
+        0.3,
+        "sequential: share of each client's training data used for pre-training and "
+        "the statistics; the rest trains afterwards (FL-bench: 0.3)",
+        gt=0,
+        lt=1,
     )
-    pretrain_epochs: int | None = field(
-        default=None,
-        metadata={
-            "ge": 0,
-            "doc": "local epochs of a pre-training turn (default federation.local_epochs, as in "
-            "the FL-bench version FedCMD ran; later FL-bench uses 1)",
-        },
+    pretrain_epochs: int | None = option(
+        None,
+        "local epochs of a pre-training turn (default federation.local_epochs, as in "
+        "the FL-bench version FedCMD ran; later FL-bench uses 1)",
+        ge=0,
     )
 
 

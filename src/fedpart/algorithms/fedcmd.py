@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,6 +30,7 @@ from torch import nn
 
 from fedpart.algorithms.base import Algorithm, State
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
 from fedpart.engine.mixers import (
@@ -62,89 +63,60 @@ def _auto_or(switch: str) -> tuple[str, ...]:
 
 @dataclass
 class FedCMDOptions:
-    variant: str = field(
-        default="paper",
-        metadata={
-            "choices": VARIANTS,
-            "doc": "paper or code: the default of every switch below (spec §2.5)",
-        },
+    variant: str = option(
+        "paper", "paper or code: the default of every switch below (spec §2.5)", choices=VARIANTS
     )
-    rho: float = field(
-        default=0.1,
-        metadata={"ge": 0, "le": 1, "doc": "ρ: the selection phase lasts K_p = ⌊ρ·rounds⌋ rounds"},
+    rho: float = option(0.1, "ρ: the selection phase lasts K_p = ⌊ρ·rounds⌋ rounds", ge=0, le=1)
+    selection_rounds: int | None = option(
+        None, "K_p directly (overrides rho; Table IX: 20..100)", ge=0
     )
-    selection_rounds: int | None = field(
-        default=None, metadata={"ge": 0, "doc": "K_p directly (overrides rho; Table IX: 20..100)"}
+    candidates: list[str] | None = option(
+        None,
+        "candidate layers in forward order (default: the blocks after the last "
+        "convolutional one, e.g. fc1, fc2, classifier)",
     )
-    candidates: list[str] | None = field(
-        default=None,
-        metadata={
-            "doc": "candidate layers in forward order (default: the blocks after the last "
-            "convolutional one, e.g. fc1, fc2, classifier)"
-        },
+    personal_layer: str | None = option(
+        None, "fix l* to this block and skip selection (Tables I-IV motivation runs)"
     )
-    personal_layer: str | None = field(
-        default=None,
-        metadata={"doc": "fix l* to this block and skip selection (Tables I-IV motivation runs)"},
+    weighted_aggregation: bool = option(
+        True, "false: the Fig. 5 ablation (l* kept local, every other layer FedAvg)"
     )
-    weighted_aggregation: bool = field(
-        default=True,
-        metadata={"doc": "false: the Fig. 5 ablation (l* kept local, every other layer FedAvg)"},
+    granularity: str = option(
+        "batch",
+        "batch: every local batch votes (the code); post_train: one vote per client "
+        "from its trained model on its training data (Alg. 2 lines 9-11)",
+        choices=("batch", "post_train"),
     )
-    granularity: str = field(
-        default="batch",
-        metadata={
-            "choices": ("batch", "post_train"),
-            "doc": "batch: every local batch votes (the code); post_train: one vote per client "
-            "from its trained model on its training data (Alg. 2 lines 9-11)",
-        },
+    eps: float = option(1e-8, "ε of the cosine similarity (Eq. 8)", ge=0)
+    w2: str = option(
+        "auto", "closed_form (paper) or mean_only |μ1−μ2| (code)", choices=_auto_or("w2")
     )
-    eps: float = field(
-        default=1e-8, metadata={"ge": 0, "doc": "ε of the cosine similarity (Eq. 8)"}
+    score: str = option(
+        "auto",
+        "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)",
+        choices=_auto_or("score"),
     )
-    w2: str = field(
-        default="auto",
-        metadata={
-            "choices": _auto_or("w2"),
-            "doc": "closed_form (paper) or mean_only |μ1−μ2| (code)",
-        },
+    tie_break: str = option(
+        "auto",
+        "first (lowest index) or prefer_fc2 (code) on equal s_l",
+        choices=_auto_or("tie_break"),
     )
-    score: str = field(
-        default="auto",
-        metadata={
-            "choices": _auto_or("score"),
-            "doc": "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)",
-        },
+    similarity: str = option(
+        "auto",
+        "parameters: cos of flattened φ (paper); weight_deltas: row-wise cos of the "
+        "weight update, mean (code); both clipped at 0",
+        choices=_auto_or("similarity"),
     )
-    tie_break: str = field(
-        default="auto",
-        metadata={
-            "choices": _auto_or("tie_break"),
-            "doc": "first (lowest index) or prefer_fc2 (code) on equal s_l",
-        },
+    phi_norm: str = option(
+        "auto",
+        "linear Φ_ij/Σ_j Φ_ij over Φ_ij > 0 (paper) or softmax over all N (code)",
+        choices=_auto_or("phi_norm"),
     )
-    similarity: str = field(
-        default="auto",
-        metadata={
-            "choices": _auto_or("similarity"),
-            "doc": "parameters: cos of flattened φ (paper); weight_deltas: row-wise cos of the "
-            "weight update, mean (code); both clipped at 0",
-        },
-    )
-    phi_norm: str = field(
-        default="auto",
-        metadata={
-            "choices": _auto_or("phi_norm"),
-            "doc": "linear Φ_ij/Σ_j Φ_ij over Φ_ij > 0 (paper) or softmax over all N (code)",
-        },
-    )
-    phase1_weights: str = field(
-        default="auto",
-        metadata={
-            "choices": _auto_or("phase1_weights"),
-            "doc": "data_size FedAvg of the participants (paper) or all_clients_uniform: uniform "
-            "mean of every client's latest model, stale ones included (code)",
-        },
+    phase1_weights: str = option(
+        "auto",
+        "data_size FedAvg of the participants (paper) or all_clients_uniform: uniform "
+        "mean of every client's latest model, stale ones included (code)",
+        choices=_auto_or("phase1_weights"),
     )
 
     def switch(self, name: str) -> str:

@@ -4,13 +4,14 @@ with the global objective's."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
 
@@ -19,12 +20,8 @@ State = dict[str, torch.Tensor]
 
 @dataclass
 class FedDynOptions:
-    alpha: float = field(
-        default=0.01,
-        metadata={
-            "gt": 0,
-            "doc": "α of the regularizer −⟨g_i, θ⟩ + (α/2)‖θ − θ^{t−1}‖² (FedCMD: 0.01)",
-        },
+    alpha: float = option(
+        0.01, "α of the regularizer −⟨g_i, θ⟩ + (α/2)‖θ − θ^{t−1}‖² (FedCMD: 0.01)", gt=0
     )
 
 

@@ -11,6 +11,7 @@ import torch
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.holdout import mean_loss, split_train, train_on
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import mix_states, normalize_rows, tensor_bytes
 
@@ -22,24 +23,14 @@ _VAL_STREAM = 0
 
 @dataclass
 class FedFomoOptions:
-    M: int = field(
-        default=5,
-        metadata={"ge": 0, "doc": "models downloaded per client and round (FedCMD: 5; 0 = Local)"},
+    M: int = option(5, "models downloaded per client and round (FedCMD: 5; 0 = Local)", ge=0)
+    val_ratio: float = option(
+        0.2, "share of each client's training data held out to weight the models", ge=0, lt=1
     )
-    val_ratio: float = field(
-        default=0.2,
-        metadata={
-            "ge": 0,
-            "lt": 1,
-            "doc": "share of each client's training data held out to weight the models",
-        },
-    )
-    val_resplit: bool = field(
-        default=False,
-        metadata={
-            "doc": "draw a new hold-out every round (later FL-bench) instead of one per client "
-            "(the FL-bench version FedCMD ran)"
-        },
+    val_resplit: bool = option(
+        False,
+        "draw a new hold-out every round (later FL-bench) instead of one per client "
+        "(the FL-bench version FedCMD ran)",
     )
 
 

@@ -1,17 +1,16 @@
 """FedProx (Li et al., 2020): FedAvg with a proximal term to the round's global model."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
 
 
 @dataclass
 class FedProxOptions:
-    mu: float = field(
-        default=0.01, metadata={"ge": 0, "doc": "proximal weight: loss + (mu/2)·||w - w_global||²"}
-    )
+    mu: float = option(0.01, "proximal weight: loss + (mu/2)·||w - w_global||²", ge=0)
 
 
 @register

@@ -1,21 +1,20 @@
 """FedRep (Collins et al., 2021): personal head trained first, then the shared body."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine.recipe import Recipe, head_then_body
 
 
 @dataclass
 class FedRepOptions:
-    head_epochs: int = field(
-        default=1,
-        metadata={"ge": 0, "doc": "epochs of the head phase (PFLlib default 1; the paper uses 10)"},
+    head_epochs: int = option(
+        1, "epochs of the head phase (PFLlib default 1; the paper uses 10)", ge=0
     )
-    body_epochs: int | None = field(
-        default=None,
-        metadata={"ge": 0, "doc": "epochs of the body phase (default federation.local_epochs)"},
+    body_epochs: int | None = option(
+        None, "epochs of the body phase (default federation.local_epochs)", ge=0
     )
 
 

@@ -6,14 +6,12 @@ import dataclasses
 
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.config import option
 
 
 @dataclasses.dataclass
 class FedRolexOptions:
-    scaler: bool = dataclasses.field(
-        default=False,
-        metadata={"doc": "divide each sliced layer's output by the width p in training"},
-    )
+    scaler: bool = option(False, "divide each sliced layer's output by the width p in training")
 
 
 @register

@@ -14,10 +14,11 @@ Algorithm 1 of the paper, with the resolutions of the fedseqlayer spec (§2.6):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.errors import ConfigError
 
 MODES = ("vanilla", "anti", "all")
@@ -25,29 +26,19 @@ MODES = ("vanilla", "anti", "all")
 
 @dataclass
 class SeqLayerOptions:
-    mode: str = field(
-        default="vanilla",
-        metadata={
-            "choices": MODES,
-            "doc": "vanilla (input→output), anti (output→input) or all (FedBABU)",
-        },
+    mode: str = option(
+        "vanilla", "vanilla (input→output), anti (output→input) or all (FedBABU)", choices=MODES
     )
-    unfreeze_rounds: list[int] = field(
-        default_factory=lambda: [0, 100, 200],
-        metadata={"ge": 0, "doc": "rounds t_1 < t_2 < … at which base blocks unfreeze"},
+    unfreeze_rounds: list[int] = option(
+        doc="rounds t_1 < t_2 < … at which base blocks unfreeze",
+        factory=lambda: [0, 100, 200],
+        ge=0,
     )
-    base_blocks: list[str] | None = field(
-        default=None,
-        metadata={
-            "doc": "the base blocks b_1..b_K in input→output order (default: every non-head block)"
-        },
+    base_blocks: list[str] | None = option(
+        None, "the base blocks b_1..b_K in input→output order (default: every non-head block)"
     )
-    finetune_epochs: int = field(
-        default=10,
-        metadata={
-            "ge": 0,
-            "doc": "F: local epochs of whole-model fine-tuning after the last round",
-        },
+    finetune_epochs: int = option(
+        10, "F: local epochs of whole-model fine-tuning after the last round", ge=0
     )
 
     def validate(self) -> None:
@@ -113,16 +104,11 @@ class SeqLayer(Algorithm):
 
 @dataclass
 class FedBABUOptions:
-    finetune_epochs: int = field(
-        default=10,
-        metadata={
-            "ge": 0,
-            "doc": "F: local epochs of whole-model fine-tuning after the last round",
-        },
+    finetune_epochs: int = option(
+        10, "F: local epochs of whole-model fine-tuning after the last round", ge=0
     )
-    base_blocks: list[str] | None = field(
-        default=None,
-        metadata={"doc": "the body blocks trained and averaged (default: every non-head block)"},
+    base_blocks: list[str] | None = option(
+        None, "the body blocks trained and averaged (default: every non-head block)"
     )
     mode = "all"  # not options: FedBABU is the 'all' schedule
     unfreeze_rounds = ()

@@ -13,6 +13,7 @@ from torch.func import functional_call
 
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.config import option
 from fedpart.engine.recipe import Recipe
 from fedpart.engine.seeding import torch_generator
 from fedpart.models.width import model_index_sets, slice_state
@@ -23,27 +24,17 @@ _WIDTH_DRAWS = 1
 
 @dataclasses.dataclass
 class FjordOptions:
-    distill: bool = dataclasses.field(
-        default=True,
-        metadata={"doc": "distil the client's widest submodel into the sampled one (Fjord's KD)"},
+    distill: bool = option(
+        True, "distil the client's widest submodel into the sampled one (Fjord's KD)"
     )
-    alpha: float = dataclasses.field(
-        default=0.5,
-        metadata={
-            "ge": 0,
-            "le": 1,
-            "doc": "weight of the distillation term against the task loss, in [0, 1]",
-        },
+    alpha: float = option(
+        0.5, "weight of the distillation term against the task loss, in [0, 1]", ge=0, le=1
     )
-    temperature: float = dataclasses.field(
-        default=1.0, metadata={"gt": 0, "doc": "softmax temperature of the distillation term (> 0)"}
-    )
-    train_teacher: bool = dataclasses.field(
-        default=True,
-        metadata={
-            "doc": "with distillation, the widest submodel also takes its CE step at every local "
-            "step (in-place distillation); false: only when its width is drawn"
-        },
+    temperature: float = option(1.0, "softmax temperature of the distillation term (> 0)", gt=0)
+    train_teacher: bool = option(
+        True,
+        "with distillation, the widest submodel also takes its CE step at every local "
+        "step (in-place distillation); false: only when its width is drawn",
     )
 
 

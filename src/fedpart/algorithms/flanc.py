@@ -12,6 +12,7 @@ from fedpart.algorithms.base import State
 from fedpart.algorithms.pa3dfl import block_p_min, factorized_model
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
@@ -28,22 +29,16 @@ _BASIS_STREAM = 14
 
 @dataclasses.dataclass
 class FLANCOptions:
-    reg: float = dataclasses.field(
-        default=0.01,
-        metadata={
-            "ge": 0,
-            "doc": "λ of FLANC's orthogonality regulariser on every basis θ_u (Eq. 33)",
-        },
+    reg: float = option(
+        0.01, "λ of FLANC's orthogonality regulariser on every basis θ_u (Eq. 33)", ge=0
     )
 
-    basis_init: str = dataclasses.field(
-        default="orthonormal",
-        metadata={
-            "choices": BASIS_INITS,
-            "doc": "θ_u starts with orthonormal columns, θ_v rescaled to keep the weight's "
-            "variance (orthonormal), or θ_u ~ N(0, 1/R2) (scaled: columns of norm √(k²R1/R2), "
-            "which the regulariser then shrinks towards 1)",
-        },
+    basis_init: str = option(
+        "orthonormal",
+        "θ_u starts with orthonormal columns, θ_v rescaled to keep the weight's "
+        "variance (orthonormal), or θ_u ~ N(0, 1/R2) (scaled: columns of norm √(k²R1/R2), "
+        "which the regulariser then shrinks towards 1)",
+        choices=BASIS_INITS,
     )
 
 

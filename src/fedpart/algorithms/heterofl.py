@@ -6,13 +6,13 @@ import dataclasses
 
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.config import option
 
 
 @dataclasses.dataclass
 class HeteroFLOptions:
-    scaler: bool = dataclasses.field(
-        default=True,
-        metadata={"doc": "divide each sliced layer's output by the width p in training (Scaler)"},
+    scaler: bool = option(
+        True, "divide each sliced layer's output by the width p in training (Scaler)"
     )
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.functional import call_method
@@ -56,90 +57,55 @@ _HEAD_STREAM = 13
 
 @dataclasses.dataclass
 class Pa3dFLOptions(HyperNetworkOptions):
-    lam: float = dataclasses.field(
-        default=0.001, metadata={"ge": 0, "doc": "λ of the orthogonality term on conv θ_u (Eq. 32)"}
+    lam: float = option(0.001, "λ of the orthogonality term on conv θ_u (Eq. 32)", ge=0)
+    embed_dim: int = option(64, "client-embedding size", ge=1)
+    hidden_dim: int = option(64, "hyper-network hidden size", ge=1)
+    depth: int = option(4, "linear layers of the hyper-network's encoder", ge=1)
+    tau: float = option(1.0, "initial attention temperature τ_l of every layer", gt=0)
+    encoder_init: str = option(
+        "he",
+        "HN encoder: PyTorch's default (collapses clients) or he (keeps them)",
+        choices=ENCODER_INITS,
     )
-    embed_dim: int = dataclasses.field(
-        default=64, metadata={"ge": 1, "doc": "client-embedding size"}
+    similarity: str = option(
+        "dot",
+        "attention scores: raw dot products (dot, Eq. 9) or cosines (cosine)",
+        choices=SIMILARITIES,
     )
-    hidden_dim: int = dataclasses.field(
-        default=64, metadata={"ge": 1, "doc": "hyper-network hidden size"}
+    centred: bool = option(
+        True, "attention scores and decoder inputs from the encodings minus their mean"
     )
-    depth: int = dataclasses.field(
-        default=4, metadata={"ge": 1, "doc": "linear layers of the hyper-network's encoder"}
+    decoder_init: str = option(
+        "model",
+        "HN decoders: biases at the model's initial tensors (model) or default",
+        choices=DECODER_INITS,
     )
-    tau: float = dataclasses.field(
-        default=1.0, metadata={"gt": 0, "doc": "initial attention temperature τ_l of every layer"}
+    global_head_init: str = option(
+        "he",
+        "frozen global head: PyTorch's default or he (N(0, 2/fan_in) weights)",
+        choices=HEAD_INITS,
     )
-    encoder_init: str = dataclasses.field(
-        default="he",
-        metadata={
-            "choices": ENCODER_INITS,
-            "doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)",
-        },
+    line_search: int = option(10, "n of Alg. 1: α is searched on the grid 0, 1/n, ..., 1", ge=1)
+    hn_aggregation: bool = option(
+        True, "θ_v from the hyper-network; false: kept on each client (Table 3)"
     )
-    similarity: str = dataclasses.field(
-        default="dot",
-        metadata={
-            "choices": SIMILARITIES,
-            "doc": "attention scores: raw dot products (dot, Eq. 9) or cosines (cosine)",
-        },
+    decomposition: str = option(
+        "pa3dfl", "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)", choices=DECOMPOSITIONS
     )
-    centred: bool = dataclasses.field(
-        default=True,
-        metadata={"doc": "attention scores and decoder inputs from the encodings minus their mean"},
+    flanc_ranks: str = option(
+        "eq5",
+        "with decomposition=flanc: R2 by Eq. 5 (eq5: only the layout changes, θ_v "
+        "about Pa3dFL's size) or R2 = T/4 as FLANC's code (flanc)",
+        choices=RANK_RULES,
     )
-    decoder_init: str = dataclasses.field(
-        default="model",
-        metadata={
-            "choices": DECODER_INITS,
-            "doc": "HN decoders: biases at the model's initial tensors (model) or default",
-        },
+    local_head_lr_scale: float = option(
+        1.0,
+        "factor on the local step size for the local head only (the paper: 1, one "
+        "step size; features under the frozen global head grow, see docs/methods/pa3dfl.md)",
+        ge=0,
     )
-    global_head_init: str = dataclasses.field(
-        default="he",
-        metadata={
-            "choices": HEAD_INITS,
-            "doc": "frozen global head: PyTorch's default or he (N(0, 2/fan_in) weights)",
-        },
-    )
-    line_search: int = dataclasses.field(
-        default=10,
-        metadata={"ge": 1, "doc": "n of Alg. 1: α is searched on the grid 0, 1/n, ..., 1"},
-    )
-    hn_aggregation: bool = dataclasses.field(
-        default=True,
-        metadata={"doc": "θ_v from the hyper-network; false: kept on each client (Table 3)"},
-    )
-    decomposition: str = dataclasses.field(
-        default="pa3dfl",
-        metadata={
-            "choices": DECOMPOSITIONS,
-            "doc": "pa3dfl (Eq. 4) or flanc (Eq. 3; Table 3 ablation)",
-        },
-    )
-    flanc_ranks: str = dataclasses.field(
-        default="eq5",
-        metadata={
-            "choices": RANK_RULES,
-            "doc": "with decomposition=flanc: R2 by Eq. 5 (eq5: only the layout changes, θ_v "
-            "about Pa3dFL's size) or R2 = T/4 as FLANC's code (flanc)",
-        },
-    )
-    local_head_lr_scale: float = dataclasses.field(
-        default=1.0,
-        metadata={
-            "ge": 0,
-            "doc": "factor on the local step size for the local head only (the paper: 1, one "
-            "step size; features under the frozen global head grow, see docs/methods/pa3dfl.md)",
-        },
-    )
-    test_model: str = dataclasses.field(
-        default="search",
-        metadata={
-            "choices": TEST_MODELS,
-            "doc": "search (Alg. 1), received (α = 0) or trained (α = 1)",
-        },
+    test_model: str = option(
+        "search", "search (Alg. 1), received (α = 0) or trained (α = 1)", choices=TEST_MODELS
     )
 
 

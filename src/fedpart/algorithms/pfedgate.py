@@ -12,6 +12,7 @@ from torch.func import functional_call
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine.recipe import Recipe
 from fedpart.models.base import BlockModel
 from fedpart.models.gated import GatedModel
@@ -19,15 +20,9 @@ from fedpart.models.gated import GatedModel
 
 @dataclasses.dataclass
 class PFedGateOptions:
-    blocks: int = dataclasses.field(
-        default=5, metadata={"ge": 1, "doc": "split number B: blocks per parameter tensor (>= 1)"}
-    )
-    gate_lr: float = dataclasses.field(
-        default=0.05,
-        metadata={
-            "gt": 0,
-            "doc": "the gating layer's learning rate (decayed with federation.lr; > 0)",
-        },
+    blocks: int = option(5, "split number B: blocks per parameter tensor (>= 1)", ge=1)
+    gate_lr: float = option(
+        0.05, "the gating layer's learning rate (decayed with federation.lr; > 0)", gt=0
     )
 
 

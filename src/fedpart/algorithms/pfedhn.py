@@ -9,6 +9,7 @@ import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.hypernetwork import (
     ENCODER_INITS,
@@ -24,27 +25,19 @@ State = dict[str, torch.Tensor]
 
 @dataclasses.dataclass
 class PFedHNOptions(HyperNetworkOptions):
-    embed_dim: int = dataclasses.field(
-        default=5, metadata={"ge": 1, "doc": "client-embedding size"}
-    )
-    hidden_dim: int = dataclasses.field(
-        default=100, metadata={"ge": 1, "doc": "hyper-network hidden size"}
-    )
-    hidden_layers: int = dataclasses.field(
-        default=2,
-        metadata={"ge": 0, "doc": "hidden layers of the encoder after its first linear layer"},
+    embed_dim: int = option(5, "client-embedding size", ge=1)
+    hidden_dim: int = option(100, "hyper-network hidden size", ge=1)
+    hidden_layers: int = option(
+        2, "hidden layers of the encoder after its first linear layer", ge=0
     )
 
-    encoder_init: str = dataclasses.field(
-        default="default",
-        metadata={
-            "choices": ENCODER_INITS,
-            "doc": "HN encoder: PyTorch's default (collapses clients) or he (keeps them)",
-        },
+    encoder_init: str = option(
+        "default",
+        "HN encoder: PyTorch's default (collapses clients) or he (keeps them)",
+        choices=ENCODER_INITS,
     )
-    centred: bool = dataclasses.field(
-        default=False,
-        metadata={"doc": "decoders read e'_i minus its mean over all clients (bias: common)"},
+    centred: bool = option(
+        False, "decoders read e'_i minus its mean over all clients (bias: common)"
     )
 
 

@@ -3,13 +3,14 @@ per client with weights from the similarity of the clients' classifiers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixers import SimilarityMixer, warmup_rounds
 from fedpart.engine.mixing import normalize_rows
@@ -24,22 +25,16 @@ SELF_SIMILARITY = 0.9999
 
 @dataclass
 class PFedSimOptions:
-    warmup_ratio: float = field(
-        default=0.5,
-        metadata={
-            "ge": 0,
-            "le": 1,
-            "doc": "ρ_general: the first int(ρ · federation.rounds) rounds are FedAvg "
-            "(FedCMD and FL-bench: 0.5)",
-        },
+    warmup_ratio: float = option(
+        0.5,
+        "ρ_general: the first int(ρ · federation.rounds) rounds are FedAvg "
+        "(FedCMD and FL-bench: 0.5)",
+        ge=0,
+        le=1,
     )
 
-    warmup_rounds: int | None = field(
-        default=None,
-        metadata={
-            "ge": 0,
-            "doc": "the number of FedAvg rounds instead (FL-bench's warmup_round >= 1)",
-        },
+    warmup_rounds: int | None = option(
+        None, "the number of FedAvg rounds instead (FL-bench's warmup_round >= 1)", ge=0
     )
 
 

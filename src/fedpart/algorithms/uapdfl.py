@@ -30,6 +30,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import State
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
+from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.decentralized import keys_bytes
 from fedpart.engine.functional import call_method, features
@@ -96,41 +97,27 @@ class UAPDFL(Decentralized):
 
     @dataclasses.dataclass
     class Options:
-        threshold: float = dataclasses.field(
-            default=0.03,
-            metadata={
-                "ge": 0,
-                "doc": "th_I, divergence threshold (not given by the paper; 0.03 separates "
-                "Dir(0.5) from Dir(5) peers on Fashion-MNIST, see the docs)",
-            },
+        threshold: float = option(
+            0.03,
+            "th_I, divergence threshold (not given by the paper; 0.03 separates "
+            "Dir(0.5) from Dir(5) peers on Fashion-MNIST, see the docs)",
+            ge=0,
         )
-        mu: float = dataclasses.field(
-            default=0.01,
-            metadata={
-                "ge": 0,
-                "doc": "μ of Eq. (12), weight of ‖g(X_unit) − I^Aux_avg‖² (not given)",
-            },
+        mu: float = option(
+            0.01, "μ of Eq. (12), weight of ‖g(X_unit) − I^Aux_avg‖² (not given)", ge=0
         )
-        unit_value: float = dataclasses.field(
-            default=1.0, metadata={"doc": "a_ij of Eq. (4): X_unit = a·ones (toy experiment: 1)"}
+        unit_value: float = option(1.0, "a_ij of Eq. (4): X_unit = a·ones (toy experiment: 1)")
+        g_blocks: int = option(
+            0,
+            "leading blocks forming g (0: the model's body; vgg11: 7 = the paper's "
+            "first 28 tensors)",
+            ge=0,
         )
-        g_blocks: int = dataclasses.field(
-            default=0,
-            metadata={
-                "ge": 0,
-                "doc": "leading blocks forming g (0: the model's body; vgg11: 7 = the paper's "
-                "first 28 tensors)",
-            },
-        )
-        dropout: bool = dataclasses.field(
-            default=True, metadata={"doc": "client-wise dropout (false: the 'Without CD' ablation)"}
-        )
-        layerwise: bool = dataclasses.field(
-            default=True,
-            metadata={
-                "doc": "layer-wise personalization (false: 'Without LP', h averaged over all "
-                "of Q_i like g and no μ-term)"
-            },
+        dropout: bool = option(True, "client-wise dropout (false: the 'Without CD' ablation)")
+        layerwise: bool = option(
+            True,
+            "layer-wise personalization (false: 'Without LP', h averaged over all "
+            "of Q_i like g and no μ-term)",
         )
 
     # ------------------------------------------------------------------ setup

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fedpart.config import option
 from fedpart.engine.seeding import seed_for
 from fedpart.models.width import IndexSets, embed_state, index_masks, slice_state
 
@@ -67,27 +68,17 @@ class HyperNetworkOptions:
     Pa3dFL): its step (:func:`hypernetwork_step`) and how its client embeddings start. A
     method's options dataclass derives from it and adds the sizes and switches it sets itself."""
 
-    hn_lr: float = dataclasses.field(
-        default=1.0,
-        metadata={"ge": 0, "doc": "hyper-network learning rate γ (Eq. 8; one SGD step per round)"},
+    hn_lr: float = option(
+        1.0, "hyper-network learning rate γ (Eq. 8; one SGD step per round)", ge=0
     )
-    hn_max_gain: float = dataclasses.field(
-        default=1.0,
-        metadata={
-            "ge": 0,
-            "doc": "HN step moves θ at most this many times the clients' updates (0: no limit)",
-        },
+    hn_max_gain: float = option(
+        1.0, "HN step moves θ at most this many times the clients' updates (0: no limit)", ge=0
     )
-    hn_clip: float = dataclasses.field(
-        default=0.0,
-        metadata={"ge": 0, "doc": "clip the HN gradient to this global norm (0: none)"},
-    )
-    embed_init: str = dataclasses.field(
-        default="unit",
-        metadata={
-            "choices": EMBED_INITS,
-            "doc": "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal: the spec's)",
-        },
+    hn_clip: float = option(0.0, "clip the HN gradient to this global norm (0: none)", ge=0)
+    embed_init: str = option(
+        "unit",
+        "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal: the spec's)",
+        choices=EMBED_INITS,
     )
 
 
