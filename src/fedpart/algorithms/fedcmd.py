@@ -56,9 +56,9 @@ SWITCHES: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 
 
-def _auto_or(switch: str) -> tuple[str, ...]:
-    """A switch's values: ``auto`` (the variant's) or one of its choices."""
-    return ("auto", *SWITCHES[switch][0])
+def _switch(name: str, doc: str) -> Any:
+    """A switch option: ``auto`` (the variant's value) or one of its choices."""
+    return option("auto", doc, choices=("auto", *SWITCHES[name][0]))
 
 
 @dataclass
@@ -88,35 +88,23 @@ class FedCMDOptions:
         choices=("batch", "post_train"),
     )
     eps: float = option(1e-8, "ε of the cosine similarity (Eq. 8)", ge=0)
-    w2: str = option(
-        "auto", "closed_form (paper) or mean_only |μ1−μ2| (code)", choices=_auto_or("w2")
+    w2: str = _switch("w2", "closed_form (paper) or mean_only |μ1−μ2| (code)")
+    score: str = _switch(
+        "score", "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)"
     )
-    score: str = option(
-        "auto",
-        "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)",
-        choices=_auto_or("score"),
-    )
-    tie_break: str = option(
-        "auto",
-        "first (lowest index) or prefer_fc2 (code) on equal s_l",
-        choices=_auto_or("tie_break"),
-    )
-    similarity: str = option(
-        "auto",
+    tie_break: str = _switch("tie_break", "first (lowest index) or prefer_fc2 (code) on equal s_l")
+    similarity: str = _switch(
+        "similarity",
         "parameters: cos of flattened φ (paper); weight_deltas: row-wise cos of the "
         "weight update, mean (code); both clipped at 0",
-        choices=_auto_or("similarity"),
     )
-    phi_norm: str = option(
-        "auto",
-        "linear Φ_ij/Σ_j Φ_ij over Φ_ij > 0 (paper) or softmax over all N (code)",
-        choices=_auto_or("phi_norm"),
+    phi_norm: str = _switch(
+        "phi_norm", "linear Φ_ij/Σ_j Φ_ij over Φ_ij > 0 (paper) or softmax over all N (code)"
     )
-    phase1_weights: str = option(
-        "auto",
+    phase1_weights: str = _switch(
+        "phase1_weights",
         "data_size FedAvg of the participants (paper) or all_clients_uniform: uniform "
         "mean of every client's latest model, stale ones included (code)",
-        choices=_auto_or("phase1_weights"),
     )
 
     def switch(self, name: str) -> str:
