@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from fedpart.config import Config
 from fedpart.data.sources import load_dataset
-from fedpart.engine import batched
+from fedpart.engine import batched_step
 from fedpart.engine.batched import can_batch, train_clients_batched
 from fedpart.engine.data import ClientData, FederatedData, build_federated_data
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
@@ -105,7 +105,7 @@ def _check(
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_plain_recipe_momentum_weight_decay(data, fused, monkeypatch):
-    monkeypatch.setattr(batched, "_FUSED_SGD", fused and batched._FUSED_SGD)
+    monkeypatch.setattr(batched_step, "_FUSED_SGD", fused and batched_step._FUSED_SGD)
     sizes = [c.num_train for c in data.clients]
     assert len(set(sizes)) > 1  # the clients really differ in size
     out = _check(_model(), data, Recipe(), list(range(data.num_clients)), _settings())
@@ -119,7 +119,7 @@ def test_fedavgcnn_plain_recipe(data):
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_unequal_sizes_and_last_batches(data, drop_last, fused, monkeypatch):
-    monkeypatch.setattr(batched, "_FUSED_SGD", fused and batched._FUSED_SGD)
+    monkeypatch.setattr(batched_step, "_FUSED_SGD", fused and batched_step._FUSED_SGD)
     # batch 24 does not divide the client sizes: ragged last batches and unequal step counts
     clients = [5, 0, 3, 1]
     settings = _settings(batch_size=24, drop_last=drop_last, momentum=0.5)

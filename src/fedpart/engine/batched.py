@@ -56,31 +56,36 @@ statistics — their functional update under ``vmap`` would change semantics) or
 (random draws from the global generator cannot match the sequential ones), and groups whose
 recipes are not one object or equal (same phases, the same loss-term functions, the same
 criterion and objective).
+
+This module holds the eligibility check and the loop over a group's steps; one step's pieces
+(drawing and gathering batches, the ``vmap(grad)`` of a phase, the SGD update) are in
+:mod:`fedpart.engine.batched_step`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, grad, vmap
 from torch.nn.utils.rnn import pad_sequence
 
+from fedpart.engine.batched_step import (
+    client_batches,
+    gather_batches,
+    grouped_step,
+    make_step,
+    samples_per_epoch,
+    sgd_update,
+    steps_per_epoch,
+)
 from fedpart.engine.data import FederatedData
-from fedpart.engine.recipe import Phase, Recipe, cross_entropy
-from fedpart.engine.seeding import torch_generator
-from fedpart.engine.training import TrainResult, TrainSettings, batch_slices, trainable_keys
+from fedpart.engine.recipe import Recipe, cross_entropy
+from fedpart.engine.training import TrainResult, TrainSettings, trainable_keys
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
 
 __all__ = ["can_batch", "train_clients_batched"]
-
-#: use the fused SGD kernel of ``torch.optim.SGD(fused=True)`` (else ``_foreach`` ops)
-_FUSED_SGD = hasattr(torch, "_fused_sgd_")
 
 State = dict[str, Tensor]
 
@@ -125,90 +130,6 @@ def can_batch(model: nn.Module, recipes: list[Recipe]) -> str | None:
                     "criterion and objective)"
                 )
     return None
-
-
-# --------------------------------------------------------------------------------- helpers
-def _steps_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
-    """The number of batches :func:`batch_slices` makes of ``n`` samples."""
-    if n == 0:
-        return 0
-    if drop_last and n >= batch_size:
-        return n // batch_size
-    return math.ceil(n / batch_size)
-
-
-def _samples_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
-    """The number of samples :func:`batch_slices` uses of ``n`` samples in one epoch."""
-    if drop_last and n >= batch_size:
-        return (n // batch_size) * batch_size
-    return n
-
-
-def _client_batches(
-    data: FederatedData,
-    client: int,
-    rnd: int,
-    phase_no: int,
-    epochs: int,
-    settings: TrainSettings,
-) -> Iterator[tuple[Tensor, torch.Generator]]:
-    """A client's batches of one phase, all epochs in order, drawn as ``train_client`` does: the
-    pool indices of each batch and the augmentation generator to prepare it with."""
-    train_idx = data.clients[client].train
-    n = int(train_idx.numel())
-    for epoch in range(epochs):
-        order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
-        augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
-        slices = batch_slices(n, settings.batch_size, settings.drop_last, order, train_idx.device)
-        for positions in slices:
-            yield train_idx[positions], augment
-
-
-def _gather(
-    data: FederatedData, drawn: list[tuple[Tensor, torch.Generator]], device: torch.device
-) -> tuple[Tensor, Tensor]:
-    """Every active client's batch of one step, concatenated: one indexed read of the pool and
-    one preparation for all clients (preparing is per sample, so the values are those of one
-    ``data.batch`` per client); with augmentation, each client's batch is prepared with its own
-    generator, as ``train_client`` does."""
-    if data.augment == "none":
-        x, y = data.batch(torch.cat([index for index, _ in drawn]), train=True)
-    else:
-        parts = [data.batch(index, train=True, generator=g) for index, g in drawn]
-        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    return x.to(device), y.to(device)
-
-
-def _make_step(
-    model: BlockModel,
-    recipe: Recipe,
-    phase: Phase,
-    key_order: list[str],
-    weighted: bool,
-) -> Callable[..., tuple[State, Tensor]]:
-    """``vmap(grad(loss))`` of one phase: ``(train, other, x, y[, w]) -> (grads, losses)``."""
-    objective = recipe.objective
-    criterion = recipe.criterion
-    terms = phase.loss_terms
-
-    def loss_fn(
-        train: State, other: State, x: Tensor, y: Tensor, w: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        current = {k: train[k] if k in train else other[k] for k in key_order}
-        if objective is not None:
-            loss = objective(model, current, x, y)
-        elif w is not None:
-            logits = functional_call(model, current, (x,))
-            per_sample = F.cross_entropy(logits, y, reduction="none")
-            loss = (per_sample * w).sum() / w.sum()
-        else:
-            loss = criterion(functional_call(model, current, (x,)), y)
-        for term in terms:
-            loss = loss + term.weight * term.fn(current)
-        return loss, loss.detach()
-
-    in_dims: tuple[Any, ...] = (0, 0, 0, 0, 0) if weighted else (0, 0, 0, 0)
-    return vmap(grad(loss_fn, has_aux=True), in_dims=in_dims)
 
 
 # --------------------------------------------------------------------------------- training
@@ -262,7 +183,7 @@ def train_clients_batched(
     # longest first (stable): the clients still training at any step are a prefix
     order = sorted(
         (i for i, n in enumerate(sizes) if n > 0),
-        key=lambda i: -_steps_per_epoch(sizes[i], bs, drop_last),
+        key=lambda i: -steps_per_epoch(sizes[i], bs, drop_last),
     )
     size = chunk or max(len(order), 1)
     # vmap cannot query memory formats: the batched computation runs in the contiguous layout
@@ -317,7 +238,7 @@ def _train_group(
     n_clients = len(clients)
     bs, drop_last = settings.batch_size, settings.drop_last
     sizes = [data.clients[c].num_train for c in clients]
-    per_epoch = [_steps_per_epoch(n, bs, drop_last) for n in sizes]
+    per_epoch = [steps_per_epoch(n, bs, drop_last) for n in sizes]
     wd, momentum = settings.weight_decay, settings.momentum
     default_ce = recipe.objective is None and recipe.criterion is cross_entropy
 
@@ -340,10 +261,10 @@ def _train_group(
                 [f[phase_no] for f in lr_scales], dtype=torch.float32, device=device
             )
         totals = [epochs * s for s in per_epoch]  # non-increasing
-        plain_step = _make_step(model, recipe, phase, key_order, weighted=False)
-        weighted_step = _make_step(model, recipe, phase, key_order, weighted=True)
+        plain_step = make_step(model, recipe, phase, key_order, weighted=False)
+        weighted_step = make_step(model, recipe, phase, key_order, weighted=True)
         others = [k for k in key_order if k not in set(keys)]
-        batches = [_client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
+        batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
         bufs: list[Tensor] = []
         active = n_clients
         for t in range(totals[0]):
@@ -351,7 +272,7 @@ def _train_group(
                 active -= 1
             indices = [next(batches[i]) for i in range(active)]
             lengths = [int(index.numel()) for index, _ in indices]
-            x_all, y_all = _gather(data, indices, device)
+            x_all, y_all = gather_batches(data, indices, device)
             train = {k: stacked[k][:active] for k in keys}
             other = {k: stacked[k][:active] for k in others}
             if min(lengths) == max(lengths):
@@ -367,9 +288,9 @@ def _train_group(
                 w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
                 grads, losses = weighted_step(train, other, x, y, w)
             elif drawn:
-                grads, losses = _grouped_step(plain_step, train, other, drawn, lengths)
+                grads, losses = grouped_step(plain_step, train, other, drawn, lengths)
             step_losses.append((losses, lengths))
-            _sgd_update(
+            sgd_update(
                 [train[k] for k in keys],
                 [grads[k] for k in keys],
                 bufs,
@@ -380,7 +301,7 @@ def _train_group(
                 None if scale is None else scale[:active],
             )
         for i in range(n_clients):
-            samples = epochs * _samples_per_epoch(sizes[i], bs, drop_last)
+            samples = epochs * samples_per_epoch(sizes[i], bs, drop_last)
             logs[i].append((tuple(keys), totals[i], samples))
 
     loss_sum = [0.0] * n_clients
@@ -401,92 +322,3 @@ def _train_group(
         mean = loss_sum[i] / samples[i] if samples[i] else 0.0
         results.append(TrainResult(state, mean, samples[i], steps[i], logs[i]))
     return results
-
-
-def _grouped_step(
-    step: Callable[..., tuple[State, Tensor]],
-    train: State,
-    other: State,
-    drawn: list[tuple[Tensor, Tensor]],
-    lengths: list[int],
-) -> tuple[State, Tensor]:
-    """One step of a loss without sample weights on batches of unequal lengths: one
-    ``vmap(grad)`` per batch length, the results scattered back into stacked tensors."""
-    groups: dict[int, list[int]] = {}
-    for i, n in enumerate(lengths):
-        groups.setdefault(n, []).append(i)
-    grads = {k: torch.empty_like(v) for k, v in train.items()}
-    losses: Tensor | None = None
-    for members in groups.values():
-        idx = torch.tensor(members, device=next(iter(train.values())).device)
-        x = torch.stack([drawn[i][0] for i in members])
-        y = torch.stack([drawn[i][1] for i in members])
-        g, part = step(
-            {k: v.index_select(0, idx) for k, v in train.items()},
-            {k: v.index_select(0, idx) for k, v in other.items()},
-            x,
-            y,
-        )
-        for k, v in g.items():
-            grads[k].index_copy_(0, idx, v)
-        if losses is None:
-            losses = part.new_empty(len(lengths))
-        losses.index_copy_(0, idx, part)
-    assert losses is not None
-    return grads, losses
-
-
-def _sgd_update(
-    params: list[Tensor],
-    grads: list[Tensor],
-    bufs: list[Tensor],
-    t: int,
-    lr: float,
-    wd: float,
-    momentum: float,
-    scale: Tensor | None = None,
-) -> None:
-    """The SGD step of ``train_client`` on the stacked (prefix views of) parameters, in place.
-
-    ``params`` are views ``[k, ...]`` of the stacked parameters of the clients still training
-    and ``grads`` their fresh gradients (may be overwritten); ``bufs`` holds the full stacked
-    momentum buffers, set to ``d`` on the phase's first step ``t=0`` (when every client of the
-    group trains). One fused kernel (``torch._fused_sgd_``, the kernel of
-    ``torch.optim.SGD(fused=True)``) where available, else in-place ``_foreach`` ops: large
-    stacked temporaries would cost more (allocation, cache misses) than the arithmetic itself.
-    """
-    grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
-    if scale is not None:  # per-client learning-rate factors: feed s·(g + wd·p), no decay
-        if wd:
-            torch._foreach_add_(grads, params, alpha=wd)
-        for g in grads:
-            g.mul_(scale.reshape(-1, *([1] * (g.dim() - 1))))
-        wd = 0.0
-    if momentum and t == 0:
-        bufs[:] = [torch.empty_like(p) for p in params]
-    view = [b[: params[0].shape[0]] for b in bufs] if momentum else []
-    if _FUSED_SGD and params[0].device.type in ("cpu", "cuda"):
-        torch._fused_sgd_(
-            params,
-            grads,
-            view,
-            weight_decay=wd,
-            momentum=momentum,
-            lr=lr,
-            dampening=0.0,
-            nesterov=False,
-            maximize=False,
-            is_first_step=t == 0,
-        )
-        return
-    d = grads
-    if wd:
-        torch._foreach_add_(d, params, alpha=wd)  # d = g + wd·p
-    if momentum:
-        if t == 0:
-            torch._foreach_copy_(view, d)  # b = d (the first-step rule)
-        else:
-            torch._foreach_mul_(view, momentum)
-            torch._foreach_add_(view, d)  # b = momentum·b + d
-        d = view
-    torch._foreach_add_(params, d, alpha=-lr)  # p = p − lr·d

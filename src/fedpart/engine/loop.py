@@ -15,17 +15,43 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from fedpart.config import dump_config
+from fedpart.config import Config, dump_config
 from fedpart.engine.build import model_options, plain
 from fedpart.tracking.faults import crash, crash_point
-from fedpart.tracking.run_dir import summarize
-
-if TYPE_CHECKING:
-    from fedpart.engine.simulation import Simulation
+from fedpart.tracking.run_dir import RunDir, summarize
 
 Row = dict[str, Any]
+
+
+class LoopRun(Protocol):
+    """What the loop and its observers use of a run (``engine.simulation.Simulation`` is the
+    one there is): typed against this, the loop does not import the class that calls it."""
+
+    cfg: Config
+    algorithm: Any
+    capacity: Any
+    data: Any
+    store: Any
+    determinism: Any
+    run_dir: RunDir | None
+    quiet: bool
+    resumed: bool
+    finished: bool
+    elapsed: float
+    rounds_completed: int
+    rows: list[Row]
+    final_row: Row | None
+    client_accuracy: list[float]
+    client_test_samples: list[int]
+
+    def run_round(self, rnd: int) -> Row: ...
+    def evaluate(self) -> Row: ...
+    def result(self) -> Result: ...
+    def save_checkpoint(self) -> None: ...
+    def close_workers(self) -> None: ...
+
 
 #: what produced each accuracy of ``summary.json`` (its ``protocols`` entry)
 PROTOCOL_DOCS = {
@@ -51,21 +77,21 @@ class Result:
     metrics: list[dict[str, Any]]
     client_accuracy: list[float]
     run_dir: Path | None
-    simulation: Simulation | None = field(default=None, repr=False)
+    simulation: LoopRun | None = field(default=None, repr=False)
 
 
 class Observer:
     """Does something at fixed points of the run loop; every hook does nothing by default."""
 
-    def start(self, sim: Simulation) -> None: ...
-    def round_start(self, sim: Simulation, rnd: int) -> None: ...
-    def round_end(self, sim: Simulation, row: Row) -> None: ...
-    def final(self, sim: Simulation, row: Row) -> None: ...
-    def close(self, sim: Simulation) -> None: ...
-    def end(self, sim: Simulation, result: Result) -> None: ...
+    def start(self, sim: LoopRun) -> None: ...
+    def round_start(self, sim: LoopRun, rnd: int) -> None: ...
+    def round_end(self, sim: LoopRun, row: Row) -> None: ...
+    def final(self, sim: LoopRun, row: Row) -> None: ...
+    def close(self, sim: LoopRun) -> None: ...
+    def end(self, sim: LoopRun, result: Result) -> None: ...
 
 
-def run_loop(sim: Simulation, observers: list[Observer]) -> Result:
+def run_loop(sim: LoopRun, observers: list[Observer]) -> Result:
     """Run ``sim``'s remaining rounds, then its finishing step and final evaluation."""
     rounds = sim.cfg.federation.rounds
     for o in observers:
@@ -98,7 +124,7 @@ def run_loop(sim: Simulation, observers: list[Observer]) -> Result:
     return result
 
 
-def timed_round(sim: Simulation, rnd: int) -> Row:
+def timed_round(sim: LoopRun, rnd: int) -> Row:
     """Round ``rnd``'s row: the round, the method's round metrics, the evaluation when due."""
     cfg = sim.cfg
     t0 = time.perf_counter()
@@ -116,7 +142,7 @@ def timed_round(sim: Simulation, rnd: int) -> Row:
     return row
 
 
-def final_row(sim: Simulation) -> Row | None:
+def final_row(sim: LoopRun) -> Row | None:
     """The method's finishing step (fine-tuning, …); the final evaluation's row when it changed
     the models or when the last round was not evaluated, else ``None``."""
     changed = sim.algorithm.finish()
@@ -125,7 +151,7 @@ def final_row(sim: Simulation) -> Row | None:
     return None
 
 
-def run_result(sim: Simulation) -> Result:
+def run_result(sim: LoopRun) -> Result:
     """The run's :class:`Result` with its ``summary.json`` content."""
     cfg = sim.cfg
     summary = summarize(
@@ -159,7 +185,7 @@ class RunFiles(Observer):
     per round and the final one, and at the end the last checkpoint, summary.json and
     clients.json; with the crash points the fault-injection tests stop at."""
 
-    def start(self, sim: Simulation) -> None:
+    def start(self, sim: LoopRun) -> None:
         rd = sim.run_dir
         if sim.rounds_completed or sim.finished or sim.resumed:
             return
@@ -171,18 +197,18 @@ class RunFiles(Observer):
             crash()
         rd.write_metrics([])
 
-    def round_start(self, sim: Simulation, rnd: int) -> None:
+    def round_start(self, sim: LoopRun, rnd: int) -> None:
         if crash_point("round.start"):
             crash()
 
-    def round_end(self, sim: Simulation, row: Row) -> None:
+    def round_end(self, sim: LoopRun, row: Row) -> None:
         sim.run_dir.append_metrics(row)
 
-    def final(self, sim: Simulation, row: Row) -> None:
+    def final(self, sim: LoopRun, row: Row) -> None:
         # logged also when only evaluated, so metrics.jsonl is what a resume rebuilds
         sim.run_dir.append_metrics(row)
 
-    def end(self, sim: Simulation, result: Result) -> None:
+    def end(self, sim: LoopRun, result: Result) -> None:
         rd = sim.run_dir
         sim.save_checkpoint()
         rd.write_json("summary.json", result.summary)
@@ -206,7 +232,7 @@ class TensorBoard(Observer):
     def __init__(self) -> None:
         self.log: Any = None
 
-    def start(self, sim: Simulation) -> None:
+    def start(self, sim: LoopRun) -> None:
         from fedpart.tracking.tensorboard import TensorBoardLog
 
         path = sim.run_dir.path
@@ -216,14 +242,14 @@ class TensorBoard(Observer):
             self.log = TensorBoardLog(path)  # from round 0: the folder starts empty
             self.log.config(dump_config(sim.cfg))
 
-    def round_end(self, sim: Simulation, row: Row) -> None:
+    def round_end(self, sim: LoopRun, row: Row) -> None:
         evaluated = row.get("accuracy") is not None
         self.log.row(row, sim.client_accuracy if evaluated else None)
 
-    def final(self, sim: Simulation, row: Row) -> None:
+    def final(self, sim: LoopRun, row: Row) -> None:
         self.log.row(row, sim.client_accuracy)
 
-    def close(self, sim: Simulation) -> None:
+    def close(self, sim: LoopRun) -> None:
         if self.log is not None:
             self.log.close()
 
@@ -231,7 +257,7 @@ class TensorBoard(Observer):
 class Checkpoints(Observer):
     """A checkpoint every ``output.checkpoint_every`` rounds (the last one: :class:`RunFiles`)."""
 
-    def round_end(self, sim: Simulation, row: Row) -> None:
+    def round_end(self, sim: LoopRun, row: Row) -> None:
         every = sim.cfg.output.checkpoint_every
         if every and sim.rounds_completed % every == 0:
             sim.save_checkpoint()
@@ -243,7 +269,7 @@ class Progress(Observer):
     def __init__(self) -> None:
         self.bar: Any = None
 
-    def start(self, sim: Simulation) -> None:
+    def start(self, sim: LoopRun) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(
@@ -255,12 +281,12 @@ class Progress(Observer):
             dynamic_ncols=True,
         )
 
-    def round_end(self, sim: Simulation, row: Row) -> None:
+    def round_end(self, sim: LoopRun, row: Row) -> None:
         self.bar.update(1)
         if row.get("accuracy") is not None:
             self.bar.set_postfix(acc=f"{row['accuracy']:.4f}")
 
-    def close(self, sim: Simulation) -> None:
+    def close(self, sim: LoopRun) -> None:
         if self.bar is not None:
             self.bar.close()
 
@@ -268,11 +294,11 @@ class Progress(Observer):
 class Workers(Observer):
     """Stops the backend's worker processes when the rounds end."""
 
-    def close(self, sim: Simulation) -> None:
+    def close(self, sim: LoopRun) -> None:
         sim.close_workers()
 
 
-def observers_for(sim: Simulation) -> list[Observer]:
+def observers_for(sim: LoopRun) -> list[Observer]:
     """The observers of ``sim``'s run: run files, TensorBoard and checkpoints with a run
     directory, the progress bar unless quiet; the workers' stop in every case."""
     out: list[Observer] = []
@@ -287,7 +313,7 @@ def observers_for(sim: Simulation) -> list[Observer]:
     return out
 
 
-def run(sim: Simulation) -> Result:
+def run(sim: LoopRun) -> Result:
     """Run ``sim`` with its observers; a run directory is locked for this process while the run
     writes it (a second process gets a one-line error)."""
     rd = sim.run_dir

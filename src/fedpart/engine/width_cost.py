@@ -27,6 +27,9 @@ What the paper counts, found by matching the FedAvg row (``docs/capacity.md``):
   largest ``total_allocated`` the CPU allocator reports to ``torch.profiler`` (``profile_memory``)
   during the step, plus the parameters and batch allocated before it. It excludes the allocator's
   cache, the CUDA context and library workspaces that do not go through torch's allocator.
+
+The paper's printed tables live in :mod:`fedpart.engine.width_cost_tables` (importable from
+here too).
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from fedpart.engine.width_cost_tables import (
+    PAPER_TABLE2,
+    PAPER_TABLE2_PFEDGATE,
+    PAPER_TABLE8,
+    TABLE2_RATIOS,
+)
 from fedpart.models.base import BlockModel
 from fedpart.models.cnn import Pa3dFLCNN
 from fedpart.models.factorized import DEFAULT_P_MIN, FactorizedCNN
@@ -49,6 +58,8 @@ from fedpart.models.width import narrow_model
 __all__ = [
     "COST_METHODS",
     "PAPER_TABLE2",
+    "PAPER_TABLE2_PFEDGATE",
+    "PAPER_TABLE8",
     "TABLE2_RATIOS",
     "ClientCost",
     "client_cost",
@@ -60,33 +71,6 @@ __all__ = [
 ]
 
 COST_METHODS = ("fedavg", "p-width", "flanc", "pa3dfl")
-
-#: capacity ratios r = p² of Table 2's columns
-TABLE2_RATIOS = (1 / 256, 1 / 64, 1 / 4, 1.0)
-
-#: Pa3dFL Table 2 (CIFAR-100 CNN, B = 128) as printed: per method, per ratio, (FLOPs ×10⁷,
-#: peak memory MB, model size ×10⁻¹ MB); FedAvg has the r = 1 column only
-PAPER_TABLE2: dict[str, dict[float, tuple[str, str, str]]] = {
-    "fedavg": {1.0: ("188.0", "71.1", "30.4")},
-    "p-width": {
-        1 / 256: ("3.5", "23.1", "0.1"),
-        1 / 64: ("8.2", "26.2", "0.5"),
-        1 / 4: ("59.1", "45.3", "7.6"),
-        1.0: ("188.0", "71.1", "30.4"),
-    },
-    "flanc": {
-        1 / 256: ("15.0", "30.1", "0.6"),
-        1 / 64: ("18.2", "34.1", "0.9"),
-        1 / 4: ("42.3", "58.4", "7.76"),
-        1.0: ("87.7", "90.9", "29.3"),
-    },
-    "pa3dfl": {
-        1 / 256: ("3.6", "23.3", "0.8"),
-        1 / 64: ("8.3", "26.5", "1.3"),
-        1 / 4: ("59.9", "46.3", "8.5"),
-        1.0: ("191.9", "74.8", "28.7"),
-    },
-}
 
 _MIB = float(2**20)
 
@@ -286,46 +270,6 @@ def client_cost(
     classes = model.get_submodule(model.head_names[0]).out_features
     peak = peak_training_memory(model, shape, int(classes), batch_size) if memory else None
     return ClientCost(method, p, batch_size, macs, body, total, peak)
-
-
-#: Pa3dFL Table 8 (CIFAR-100 CNN) as printed: per method and batch size, per ratio of
-#: :data:`TABLE2_RATIOS`, (FLOPs ×10⁷, peak memory MB); Table 2's pFedGate row at B = 128
-#: prints the memory 39.2 / 42.3 / 61.4 / 87.2 instead
-PAPER_TABLE8: dict[str, dict[int, tuple[tuple[str, str], ...]]] = {
-    "p-width": {
-        16: (("0.4", "17.0"), ("1.0", "17.4"), ("7.3", "20.4"), ("23.5", "25.7")),
-        64: (("1.7", "19.2"), ("4.1", "20.8"), ("29.5", "31.4"), ("94.0", "45.1")),
-        128: (("3.5", "23.1"), ("8.2", "26.2"), ("59.0", "45.3"), ("188.1", "71.1")),
-        512: (("14.2", "41.2"), ("32.8", "53.4"), ("236.3", "127.9"), ("752.3", "227.3")),
-    },
-    "flanc": {
-        16: (("1.8", "17.9"), ("2.2", "18.4"), ("5.2", "22.0"), ("10.9", "28.2")),
-        64: (("7.4", "22.8"), ("9.0", "24.8"), ("21.1", "38.3"), ("43.8", "55.2")),
-        128: (("14.9", "30.1"), ("18.1", "34.1"), ("42.2", "58.4"), ("87.7", "90.9")),
-        512: (("59.9", "69.6"), ("72.7", "84.0"), ("169.1", "179.6"), ("350.9", "305.4")),
-    },
-    "pfedgate": {
-        16: (("0.6", "27.6"), ("1.2", "28.1"), ("7.6", "31.0"), ("23.7", "36.4")),
-        64: (("2.7", "32.4"), ("5.0", "33.9"), ("30.5", "44.6"), ("95.0", "58.2")),
-        128: (("5.5", "40.8"), ("10.1", "43.9"), ("61.0", "63.0"), ("190.0", "88.8")),
-        512: (("22.1", "68.0"), ("40.7", "80.2"), ("244.1", "154.7"), ("760.1", "254.1")),
-    },
-    "pa3dfl": {
-        16: (("0.47", "17.1"), ("1.0", "17.6"), ("8.0", "21.3"), ("27.3", "28.6")),
-        64: (("1.8", "19.4"), ("4.2", "21.0"), ("30.2", "32.4"), ("97.8", "48.0")),
-        128: (("3.6", "23.3"), ("8.3", "26.5"), ("59.9", "46.3"), ("191.9", "74.8")),
-        512: (("14.5", "41.1"), ("33.3", "53.9"), ("237.9", "128.9"), ("756.1", "231.0")),
-    },
-}
-
-#: Pa3dFL Table 2's pFedGate row (B = 128): per ratio, (FLOPs ×10⁷, peak memory MB, model size
-#: ×10⁻¹ MB), the paper's App. D.4 estimate
-PAPER_TABLE2_PFEDGATE: dict[float, tuple[str, str, str]] = {
-    1 / 256: ("5.5", "39.2", "36.3"),
-    1 / 64: ("10.1", "42.3", "36.3"),
-    1 / 4: ("61.0", "61.4", "36.3"),
-    1.0: ("190.0", "87.2", "36.3"),
-}
 
 
 def pfedgate_cost(

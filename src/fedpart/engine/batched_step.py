@@ -1,0 +1,211 @@
+"""One step of many clients at once, the pieces of :mod:`fedpart.engine.batched`'s loop:
+drawing each client's batches as the sequential trainer does and gathering a step's batches
+(:func:`client_batches`, :func:`gather_batches`), the ``vmap(grad(loss))`` of a phase
+(:func:`make_step`, and :func:`grouped_step` for ragged steps of a loss without sample
+weights), and the SGD update on the stacked parameters (:func:`sgd_update`). The module
+docstring of :mod:`fedpart.engine.batched` says why each is as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call, grad, vmap
+
+from fedpart.engine.data import FederatedData
+from fedpart.engine.recipe import Phase, Recipe
+from fedpart.engine.seeding import torch_generator
+from fedpart.engine.training import TrainSettings, batch_slices
+from fedpart.models import BlockModel
+
+__all__ = [
+    "client_batches",
+    "gather_batches",
+    "grouped_step",
+    "make_step",
+    "samples_per_epoch",
+    "sgd_update",
+    "steps_per_epoch",
+]
+
+#: use the fused SGD kernel of ``torch.optim.SGD(fused=True)`` (else ``_foreach`` ops)
+_FUSED_SGD = hasattr(torch, "_fused_sgd_")
+
+State = dict[str, Tensor]
+
+
+def steps_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
+    """The number of batches :func:`batch_slices` makes of ``n`` samples."""
+    if n == 0:
+        return 0
+    if drop_last and n >= batch_size:
+        return n // batch_size
+    return math.ceil(n / batch_size)
+
+
+def samples_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
+    """The number of samples :func:`batch_slices` uses of ``n`` samples in one epoch."""
+    if drop_last and n >= batch_size:
+        return (n // batch_size) * batch_size
+    return n
+
+
+def client_batches(
+    data: FederatedData,
+    client: int,
+    rnd: int,
+    phase_no: int,
+    epochs: int,
+    settings: TrainSettings,
+) -> Iterator[tuple[Tensor, torch.Generator]]:
+    """A client's batches of one phase, all epochs in order, drawn as ``train_client`` does: the
+    pool indices of each batch and the augmentation generator to prepare it with."""
+    train_idx = data.clients[client].train
+    n = int(train_idx.numel())
+    for epoch in range(epochs):
+        order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
+        augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
+        slices = batch_slices(n, settings.batch_size, settings.drop_last, order, train_idx.device)
+        for positions in slices:
+            yield train_idx[positions], augment
+
+
+def gather_batches(
+    data: FederatedData, drawn: list[tuple[Tensor, torch.Generator]], device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Every active client's batch of one step, concatenated: one indexed read of the pool and
+    one preparation for all clients (preparing is per sample, so the values are those of one
+    ``data.batch`` per client); with augmentation, each client's batch is prepared with its own
+    generator, as ``train_client`` does."""
+    if data.augment == "none":
+        x, y = data.batch(torch.cat([index for index, _ in drawn]), train=True)
+    else:
+        parts = [data.batch(index, train=True, generator=g) for index, g in drawn]
+        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return x.to(device), y.to(device)
+
+
+def make_step(
+    model: BlockModel,
+    recipe: Recipe,
+    phase: Phase,
+    key_order: list[str],
+    weighted: bool,
+) -> Callable[..., tuple[State, Tensor]]:
+    """``vmap(grad(loss))`` of one phase: ``(train, other, x, y[, w]) -> (grads, losses)``."""
+    objective = recipe.objective
+    criterion = recipe.criterion
+    terms = phase.loss_terms
+
+    def loss_fn(
+        train: State, other: State, x: Tensor, y: Tensor, w: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        current = {k: train[k] if k in train else other[k] for k in key_order}
+        if objective is not None:
+            loss = objective(model, current, x, y)
+        elif w is not None:
+            logits = functional_call(model, current, (x,))
+            per_sample = F.cross_entropy(logits, y, reduction="none")
+            loss = (per_sample * w).sum() / w.sum()
+        else:
+            loss = criterion(functional_call(model, current, (x,)), y)
+        for term in terms:
+            loss = loss + term.weight * term.fn(current)
+        return loss, loss.detach()
+
+    in_dims: tuple[Any, ...] = (0, 0, 0, 0, 0) if weighted else (0, 0, 0, 0)
+    return vmap(grad(loss_fn, has_aux=True), in_dims=in_dims)
+
+
+def grouped_step(
+    step: Callable[..., tuple[State, Tensor]],
+    train: State,
+    other: State,
+    drawn: list[tuple[Tensor, Tensor]],
+    lengths: list[int],
+) -> tuple[State, Tensor]:
+    """One step of a loss without sample weights on batches of unequal lengths: one
+    ``vmap(grad)`` per batch length, the results scattered back into stacked tensors."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(n, []).append(i)
+    grads = {k: torch.empty_like(v) for k, v in train.items()}
+    losses: Tensor | None = None
+    for members in groups.values():
+        idx = torch.tensor(members, device=next(iter(train.values())).device)
+        x = torch.stack([drawn[i][0] for i in members])
+        y = torch.stack([drawn[i][1] for i in members])
+        g, part = step(
+            {k: v.index_select(0, idx) for k, v in train.items()},
+            {k: v.index_select(0, idx) for k, v in other.items()},
+            x,
+            y,
+        )
+        for k, v in g.items():
+            grads[k].index_copy_(0, idx, v)
+        if losses is None:
+            losses = part.new_empty(len(lengths))
+        losses.index_copy_(0, idx, part)
+    assert losses is not None
+    return grads, losses
+
+
+def sgd_update(
+    params: list[Tensor],
+    grads: list[Tensor],
+    bufs: list[Tensor],
+    t: int,
+    lr: float,
+    wd: float,
+    momentum: float,
+    scale: Tensor | None = None,
+) -> None:
+    """The SGD step of ``train_client`` on the stacked (prefix views of) parameters, in place.
+
+    ``params`` are views ``[k, ...]`` of the stacked parameters of the clients still training
+    and ``grads`` their fresh gradients (may be overwritten); ``bufs`` holds the full stacked
+    momentum buffers, set to ``d`` on the phase's first step ``t=0`` (when every client of the
+    group trains). One fused kernel (``torch._fused_sgd_``, the kernel of
+    ``torch.optim.SGD(fused=True)``) where available, else in-place ``_foreach`` ops: large
+    stacked temporaries would cost more (allocation, cache misses) than the arithmetic itself.
+    """
+    grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
+    if scale is not None:  # per-client learning-rate factors: feed s·(g + wd·p), no decay
+        if wd:
+            torch._foreach_add_(grads, params, alpha=wd)
+        for g in grads:
+            g.mul_(scale.reshape(-1, *([1] * (g.dim() - 1))))
+        wd = 0.0
+    if momentum and t == 0:
+        bufs[:] = [torch.empty_like(p) for p in params]
+    view = [b[: params[0].shape[0]] for b in bufs] if momentum else []
+    if _FUSED_SGD and params[0].device.type in ("cpu", "cuda"):
+        torch._fused_sgd_(
+            params,
+            grads,
+            view,
+            weight_decay=wd,
+            momentum=momentum,
+            lr=lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=False,
+            is_first_step=t == 0,
+        )
+        return
+    d = grads
+    if wd:
+        torch._foreach_add_(d, params, alpha=wd)  # d = g + wd·p
+    if momentum:
+        if t == 0:
+            torch._foreach_copy_(view, d)  # b = d (the first-step rule)
+        else:
+            torch._foreach_mul_(view, momentum)
+            torch._foreach_add_(view, d)  # b = momentum·b + d
+        d = view
+    torch._foreach_add_(params, d, alpha=-lr)  # p = p − lr·d
