@@ -110,7 +110,7 @@ def test_every_server_method_under_30_percent_client_failure(name, tmp_path, mon
     def metrics_spy(self):
         out = round_metrics(self)
         if "up_bytes" in out:
-            own_bytes.add(self.sim.rounds_completed)
+            own_bytes.add(self.ctx.rounds_completed)
         return out
 
     monkeypatch.setattr(ALGORITHMS[name], "upload", spy)

@@ -37,3 +37,37 @@ def test_no_method_file_names_the_simulation():
         modules = imported_modules(path)
         assert "Simulation" not in names and not any("Simulation" in m for m in modules), path
         assert "fedpart.engine.simulation" not in modules, path
+
+
+def test_a_method_receives_a_narrow_context_not_the_simulation(tiny_cfg):
+    import dataclasses
+
+    from fedpart.config import Config
+    from fedpart.engine.context import MethodContext
+    from fedpart.engine.simulation import Simulation
+
+    sim = Simulation(Config.from_dict(tiny_cfg))
+    ctx = sim.algorithm.ctx
+    assert type(ctx) is MethodContext and not isinstance(ctx, Simulation)
+    assert not hasattr(ctx, "__dict__")  # slots: nothing beyond the declared members
+    declared = {f.name for f in dataclasses.fields(MethodContext)}
+    assert set(MethodContext.__slots__) == declared
+    assert declared == {
+        "cfg",
+        "data",
+        "device",
+        "capacity",
+        "model",
+        "store",
+        "exchange",
+        "rounds_completed",
+        "algorithm",
+        "finetune",
+    }
+    for name in ("executor", "topology", "run_dir", "rows", "train_clients", "evaluate"):
+        assert not hasattr(ctx, name), name
+    # what the engine changes, the method sees
+    assert ctx.model is sim.model and ctx.store is sim.store and ctx.algorithm is sim.algorithm
+    sim.rounds_completed = 2
+    assert ctx.rounds_completed == 2
+    assert not any(isinstance(v, Simulation) for v in map(ctx.__getattribute__, declared))

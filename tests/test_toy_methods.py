@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import torch
 
 from fedpart.config import Config
+from fedpart.engine.context import MethodContext
 from fedpart.engine.mixing import mix_states, normalize_rows
 from fedpart.engine.store import ClientStateStore
 from fedpart.engine.training import ClientJob
@@ -19,24 +20,16 @@ from fedpart.registry import methods
 
 
 def build(name: str, model, clients: int, *, capacity=None, input_shape=(4,), **options):
-    """A method on a toy context: the ``MethodContext`` members it reads, nothing loaded."""
+    """A method on a toy context: a ``MethodContext`` of a small model, nothing loaded."""
     cfg = Config.from_dict(
         {"seed": 5, "algorithm": {"name": name, **options}, "federation": {"rounds": 4}}
     )
     cls = methods()[name]
-    ctx = SimpleNamespace(
-        cfg=cfg,
-        model=model,
-        data=SimpleNamespace(
-            num_clients=clients, bundle=SimpleNamespace(input_shape=tuple(input_shape))
-        ),
-        device=torch.device("cpu"),
-        capacity=capacity,
-        exchange=None,
-        rounds_completed=0,
+    data = SimpleNamespace(
+        num_clients=clients, bundle=SimpleNamespace(input_shape=tuple(input_shape))
     )
-    algo = cls(cls.parse_options(options), ctx)
-    ctx.algorithm = algo
+    ctx = MethodContext(cfg, data, torch.device("cpu"), capacity)
+    algo = ctx.algorithm = cls(cls.parse_options(options), ctx)
     ctx.model = algo.wrap_model(model)
     ctx.store = ClientStateStore(
         ctx.model, ctx.model.state_dict(), algo.stored_blocks(), algo.personal_keys()

@@ -65,9 +65,9 @@ class Algorithm:
     #: method state saved in checkpoints and restored on resume (``engine.method_state``)
     checkpointed: ClassVar[tuple[method_state.Field, ...]] = ()
 
-    def __init__(self, options: Any, sim: MethodContext) -> None:
+    def __init__(self, options: Any, ctx: MethodContext) -> None:
         self.options = options
-        self.sim = sim
+        self.ctx = ctx
 
     # ----------------------------------------------------------------- options
     @classmethod
@@ -112,8 +112,8 @@ class Algorithm:
         By default the BatchNorm running statistics under ``federation.batchnorm_stats=local``
         (FL-bench's behaviour: only trainable tensors are aggregated).
         """
-        if self.sim.cfg.federation.batchnorm_stats == "local":
-            return set(batchnorm_keys(self.sim.model))
+        if self.ctx.cfg.federation.batchnorm_stats == "local":
+            return set(batchnorm_keys(self.ctx.model))
         return set()
 
     def stored_blocks(self) -> set[str]:
@@ -139,12 +139,12 @@ class Algorithm:
     def model_for(self, client: int) -> Any:
         """The module ``client`` trains and is evaluated with: the run's model, or for a
         capacity-aware method the model of the client's width (its states have that shape)."""
-        return self.sim.model
+        return self.ctx.model
 
     def download_bytes(self, rnd: int, client: int, keys: list[str]) -> int:
         """Bytes the server sends ``client`` at the start of round ``rnd`` (``keys`` from
         :meth:`download_keys`): by default those tensors of the server model, whole."""
-        return tensor_bytes({k: self.sim.store.global_state[k] for k in keys})
+        return tensor_bytes({k: self.ctx.store.global_state[k] for k in keys})
 
     def begin_round(self, rnd: int) -> None:
         """Called once at the start of every round, before any other hook of that round."""
@@ -156,7 +156,7 @@ class Algorithm:
 
     def train_job(self, job: ClientJob) -> Any:
         """Train ``job`` here, in the driver; the result carries the job."""
-        result = self.sim.train(job.rnd, job.client, job.start, job.recipe)
+        result = self.ctx.train(job.rnd, job.client, job.start, job.recipe)
         result.job = job
         return result
 
@@ -167,17 +167,17 @@ class Algorithm:
 
     def start_state(self, rnd: int, client: int) -> State:
         """The model a client starts local training from: global shared blocks ⊕ its personal ones."""
-        return self.sim.store.client_state(client)
+        return self.ctx.store.client_state(client)
 
     def upload(self, rnd: int, client: int, state: State, job: ClientJob | None = None) -> State:
         """What a client sends after training ``job`` to ``state``: its shared, non-frozen
         tensors. A pure function of its arguments (Flower probes it for what it reads)."""
-        keys = self.sim.store.shared_keys(self.frozen_blocks(rnd))
+        keys = self.ctx.store.shared_keys(self.frozen_blocks(rnd))
         return {k: state[k] for k in keys}
 
     def download_keys(self, rnd: int) -> list[str]:
         """Keys the server sends each participant at the start of the round."""
-        return self.sim.store.shared_keys(self.frozen_blocks(rnd))
+        return self.ctx.store.shared_keys(self.frozen_blocks(rnd))
 
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
         """Mix the uploads into the server model: FedAvg's data-size-weighted average."""
@@ -186,11 +186,11 @@ class Algorithm:
         clients = sorted(uploads)
         keys = list(uploads[clients[0]])
         mixed = weighted_average([uploads[c] for c in clients], [weights[c] for c in clients], keys)
-        self.sim.store.global_state.update(mixed)
+        self.ctx.store.global_state.update(mixed)
 
     def eval_state(self, client: int) -> State:
         """The model a client is evaluated with (its personalised model)."""
-        return self.sim.store.client_state(client)
+        return self.ctx.store.client_state(client)
 
     def received_state(self, rnd: int, client: int) -> State:
         """The model a participant of round ``rnd`` holds once the server's message arrived,

@@ -35,29 +35,29 @@ class Decentralized(Algorithm):
 
     # ------------------------------------------------------------------ state
     def stored_blocks(self) -> set[str]:
-        return set(self.sim.model.block_names)
+        return set(self.ctx.model.block_names)
 
     def shared_keys(self) -> list[str]:
         """State keys that travel (every key outside the personal blocks)."""
         personal = self.personal_blocks()
-        model = self.sim.model
-        return [k for k in self.sim.store.keys if model.block_of(k) not in personal]
+        model = self.ctx.model
+        return [k for k in self.ctx.store.keys if model.block_of(k) not in personal]
 
     def states(self) -> list[State]:
         """Every client's current model (a snapshot: the dicts are fresh, tensors shared)."""
-        store = self.sim.store
-        return [store.client_state(c) for c in range(self.sim.data.num_clients)]
+        store = self.ctx.store
+        return [store.client_state(c) for c in range(self.ctx.data.num_clients)]
 
     def set_states(self, states: list[State]) -> None:
         for c, state in enumerate(states):
-            self.sim.store.set_personal(c, state)
+            self.ctx.store.set_personal(c, state)
 
     def client_sizes(self) -> list[int]:
-        return [c.num_train for c in self.sim.data.clients]
+        return [c.num_train for c in self.ctx.data.clients]
 
     def mixing_weights(self, graph: Graph) -> torch.Tensor:
         """``W[receiver, sender]`` of this round (``topology.weights`` or the method's own)."""
-        kind = self.sim.cfg.topology.weights
+        kind = self.ctx.cfg.topology.weights
         kind = self.mixing if kind == "auto" else kind
         return graph.weights(kind, sizes=self.client_sizes())
 
@@ -67,7 +67,7 @@ class Decentralized(Algorithm):
         states = self.states()
         keys = self.shared_keys()
         weights = self.mixing_weights(graph)
-        self.sim.exchange.send_along(weights, keys_bytes(states[0], keys))
+        self.ctx.exchange.send_along(weights, keys_bytes(states[0], keys))
         self.set_states(gossip(states, weights, keys))
 
     # -------------------------------------------------------- unused server hooks
@@ -96,7 +96,7 @@ class PushSum(Decentralized):
     checkpointed = (saved.Tensor("mu", key="push_sum_weights", dtype=torch.float64),)
 
     def setup(self) -> None:
-        self.mu = torch.ones(self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device)
+        self.mu = torch.ones(self.ctx.data.num_clients, dtype=torch.float64, device=self.ctx.device)
 
     def step_scale(self, client: int) -> float:
         """The factor ``1 / μ_i`` on the learning rate of steps taken on the biased ``u_i``."""
@@ -107,7 +107,7 @@ class PushSum(Decentralized):
         keys = self.shared_keys()
         weights = self.mixing_weights(graph)
         mu_bytes = self.mu.element_size()
-        self.sim.exchange.send_along(weights, keys_bytes(states[0], keys) + mu_bytes)
+        self.ctx.exchange.send_along(weights, keys_bytes(states[0], keys) + mu_bytes)
         new_states, self.mu = push_sum(states, self.mu, weights, keys)
         self.set_states(new_states)
 

@@ -35,4 +35,4 @@ class DFedPer(DFedAvg):
     summary = "FedPer peer to peer (UA-PDFL protocol): body averaged over self + N_com peers."
 
     def personal_blocks(self) -> set[str]:
-        return set(self.sim.model.head_names)
+        return set(self.ctx.model.head_names)

@@ -44,9 +44,9 @@ class DFedAvgMP(Decentralized):
         )
 
     def personal_blocks(self) -> set[str]:
-        return set(self.sim.model.head_names)
+        return set(self.ctx.model.head_names)
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         if self.options.head_epochs == 0:
             return Recipe()  # head and body trained jointly
-        return head_then_body(self.sim.model, self.options.head_epochs)
+        return head_then_body(self.ctx.model, self.options.head_epochs)

@@ -38,12 +38,12 @@ class DFedPGP(PushSum):
         head_lr_scale: float = option(1.0, "η_v / η_u (the paper states only η_u; default 1)", ge=0)
 
     def personal_blocks(self) -> set[str]:
-        return set(self.sim.model.head_names)
+        return set(self.ctx.model.head_names)
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         # head at the de-biased body (line 6), then the body with steps on u: lr η_u / μ_i (line 10)
         return head_then_body(
-            self.sim.model,
+            self.ctx.model,
             self.options.head_epochs,
             head_lr_scale=self.options.head_lr_scale,
             body_lr_scale=self.step_scale(client),

@@ -202,9 +202,9 @@ class DisPFL(Decentralized):
     # ------------------------------------------------------------ step 0: initial masks
     def setup(self) -> None:
         """ERK densities, a random mask per client at those densities, ``w_k = w_0 ⊙ m_k``."""
-        store = self.sim.store
+        store = self.ctx.store
         opts = self.options
-        self.prunable = prunable_keys(self.sim.model)
+        self.prunable = prunable_keys(self.ctx.model)
         init = store.global_state
         shapes = {k: tuple(init[k].shape) for k in self.prunable}
         if opts.distribution == "erk":
@@ -213,7 +213,7 @@ class DisPFL(Decentralized):
             self.densities = {k: opts.dense_ratio for k in shapes}
         #: active weights per layer (constant for the whole run)
         self.active = {k: round(d * init[k].numel()) for k, d in self.densities.items()}
-        m = self.sim.data.num_clients
+        m = self.ctx.data.num_clients
         #: m_k: the mask of client k's next aggregation and training
         self.masks: list[dict[str, torch.Tensor]] = [self._initial_mask(c) for c in range(m)]
         #: m̂_k: the mask client k's current model was trained under (its support)
@@ -222,10 +222,10 @@ class DisPFL(Decentralized):
             store.set_personal(c, {**init, **{k: init[k] * self.masks[c][k] for k in shapes}})
 
     def _initial_mask(self, client: int) -> dict[str, torch.Tensor]:
-        gen = torch_generator(self.sim.cfg.seed, "algorithm", _INIT_STREAM, client)
+        gen = torch_generator(self.ctx.cfg.seed, "algorithm", _INIT_STREAM, client)
         out = {}
         for key in self.prunable:
-            ref = self.sim.store.global_state[key]
+            ref = self.ctx.store.global_state[key]
             flat = torch.zeros(ref.numel(), dtype=torch.bool)
             flat[torch.randperm(ref.numel(), generator=gen)[: self.active[key]]] = True
             out[key] = flat.view(ref.shape).to(ref.device)
@@ -256,7 +256,7 @@ class DisPFL(Decentralized):
         for k in range(len(states)):
             senders = [k, *graph.in_neighbors(k)]
             for j in senders[1:]:
-                self.sim.exchange.send(j, k, sizes[j])
+                self.ctx.exchange.send(j, k, sizes[j])
             mixed.append(self.aggregate_sparse(k, senders, weights[k, senders], states))
         self.set_states(mixed)
 
@@ -305,14 +305,14 @@ class DisPFL(Decentralized):
             result.state[key] = result.state[key] * m
         self.support[client] = mask
         fraction = drop_fraction(self.options.anneal_factor, rnd, self.schedule_rounds())
-        if fraction > 0 and self.sim.data.clients[client].num_train > 0:
+        if fraction > 0 and self.ctx.data.clients[client].num_train > 0:
             self.masks[client] = self.search_mask(rnd, client, result, fraction)
         return result
 
     # ------------------------------------------------------------------ step 3: next masks
     def schedule_rounds(self) -> int:
         """T of the cosine schedule."""
-        return self.options.anneal_rounds or self.sim.cfg.federation.rounds
+        return self.options.anneal_rounds or self.ctx.cfg.federation.rounds
 
     def search_mask(
         self, rnd: int, client: int, result: TrainResult, fraction: float
@@ -322,7 +322,7 @@ class DisPFL(Decentralized):
         if self.options.regrow == "gradient":
             grads = self.screen_gradients(rnd, client, result)
             return {k: next_mask(m, result.state[k], fraction, grads[k]) for k, m in mask.items()}
-        gen = torch_generator(self.sim.cfg.seed, "algorithm", _REGROW_STREAM, rnd, client)
+        gen = torch_generator(self.ctx.cfg.seed, "algorithm", _REGROW_STREAM, rnd, client)
         return {k: next_mask(m, result.state[k], fraction, None, gen) for k, m in mask.items()}
 
     def screen_gradients(
@@ -330,18 +330,18 @@ class DisPFL(Decentralized):
     ) -> dict[str, torch.Tensor]:
         """The dense gradient of the trained sparse model on one training batch (model in eval
         mode, as the official code); counted as one step of compute."""
-        sim = self.sim
-        settings = sim.train_settings(rnd, client)
-        train_idx = sim.data.clients[client].train
+        ctx = self.ctx
+        settings = ctx.train_settings(rnd, client)
+        train_idx = ctx.data.clients[client].train
         order = torch_generator(settings.seed, "batches", rnd, client, _SCREEN_PHASE, 0)
         augment = torch_generator(settings.seed, "augment", rnd, client, _SCREEN_PHASE, 0)
         positions = batch_slices(
             int(train_idx.numel()), settings.batch_size, settings.drop_last, order, train_idx.device
         )[0]
-        x, y = sim.data.batch(train_idx[positions], train=True, generator=augment)
+        x, y = ctx.data.batch(train_idx[positions], train=True, generator=augment)
         state = result.state
         params = {k: state[k].detach().requires_grad_(True) for k in self.prunable}
-        model = sim.model
+        model = ctx.model
         was_training = model.training
         model.eval()
         try:

@@ -36,12 +36,12 @@ class Ditto(Algorithm):
 
     def setup(self) -> None:
         self.personal_models: dict[int, dict[str, torch.Tensor]] = {}
-        self.init_model = {k: v.clone() for k, v in self.sim.store.global_state.items()}
+        self.init_model = {k: v.clone() for k, v in self.ctx.store.global_state.items()}
 
     def local_update(self, rnd: int, client: int):
-        sim = self.sim
-        w = sim.store.client_state(client)
-        params = [k for k, _ in sim.model.named_parameters()]
+        ctx = self.ctx
+        w = ctx.store.client_state(client)
+        params = [k for k, _ in ctx.model.named_parameters()]
         term = LossTerm("proximal", proximal({k: w[k] for k in params}), weight=self.options.lam)
         personal_recipe = Recipe(
             phases=(
@@ -49,9 +49,9 @@ class Ditto(Algorithm):
             )
         )
         v = self.personal_models.get(client, self.init_model)
-        personal = sim.train(rnd, client, v, recipe=personal_recipe)
+        personal = ctx.train(rnd, client, v, recipe=personal_recipe)
         self.personal_models[client] = personal.state
-        result = sim.train(rnd, client, w)
+        result = ctx.train(rnd, client, w)
         result.phases = personal.phases + result.phases  # both count as the client's computation
         return result
 

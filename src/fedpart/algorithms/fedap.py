@@ -163,7 +163,7 @@ class FedAP(LocalBatchNorm):
     def setup(self) -> None:
         super().setup()
         o = self.options
-        rounds = self.sim.cfg.federation.rounds
+        rounds = self.ctx.cfg.federation.rounds
         self.warmup = warmup_rounds(rounds, o.warmup_ratio, o.warmup_rounds)
         self.sequential = self.options.pretrain == "sequential"
         self.weights: torch.Tensor | None = None
@@ -179,9 +179,9 @@ class FedAP(LocalBatchNorm):
         """(pre-training, later training) indices of ``client``: under ``fedavg`` both are its
         whole training split (f-FedAP holds nothing back)."""
         if not self.sequential:
-            train = self.sim.data.clients[client].train
+            train = self.ctx.data.clients[client].train
             return train, train
-        return split_train(self.sim, client, self.options.pretrain_data_ratio, _PRETRAIN_STREAM)
+        return split_train(self.ctx, client, self.options.pretrain_data_ratio, _PRETRAIN_STREAM)
 
     def pretraining(self, rnd: int) -> bool:
         return rnd < self.warmup
@@ -192,13 +192,13 @@ class FedAP(LocalBatchNorm):
         the server's current model (with its own BatchNorm) and the server keeps the result."""
         if self._chain[0] == rnd:
             return self._chain[1]
-        store = self.sim.store
+        store = self.ctx.store
         shared = store.shared_keys()
         turns = {}
-        for client in range(self.sim.data.num_clients):
+        for client in range(self.ctx.data.num_clients):
             start = store.client_state(client)
             index = self.parts(client)[0]
-            result = train_on(self.sim, rnd, client, start, index, self.pretrain_recipe)
+            result = train_on(self.ctx, rnd, client, start, index, self.pretrain_recipe)
             store.global_state.update({k: result.state[k] for k in shared})
             store.set_personal(client, result.state)
             turns[client] = (start, result)
@@ -210,9 +210,9 @@ class FedAP(LocalBatchNorm):
         """A participant's turn; the first participant also reports the turns of the clients
         that were not sampled, so that the round's cost and loss cover every turn."""
         turns = self._pretrain_turns(rnd)
-        cfg = self.sim.cfg
+        cfg = self.ctx.cfg
         participants = sample_clients(
-            cfg.seed, rnd, self.sim.data.num_clients, cfg.federation.join_ratio
+            cfg.seed, rnd, self.ctx.data.num_clients, cfg.federation.join_ratio
         )
         result = turns[client][1]
         if client != participants[0]:
@@ -231,22 +231,22 @@ class FedAP(LocalBatchNorm):
     # ------------------------------------------------------------------ similarity
     def _set_weights(self) -> None:
         """Step 2: the fixed aggregation matrix from every client's BatchNorm input statistics."""
-        sim = self.sim
-        bs = sim.cfg.federation.batch_size
+        ctx = self.ctx
+        bs = ctx.cfg.federation.batch_size
         stats = []
-        for client in range(sim.data.num_clients):
+        for client in range(ctx.data.num_clients):
             index = self.parts(client)[0]
             if index.numel() == 0:
                 raise DataError(
                     f"fedap: client {client} has no pre-training sample to compute BatchNorm "
                     "statistics on; raise algorithm.pretrain_data_ratio or partition.min_size"
                 )
-            batches = [sim.data.batch(index[i : i + bs])[0] for i in range(0, index.numel(), bs)]
+            batches = [ctx.data.batch(index[i : i + bs])[0] for i in range(0, index.numel(), bs)]
             stats.append(
-                batchnorm_input_statistics(sim.model, sim.store.client_state(client), batches)
+                batchnorm_input_statistics(ctx.model, ctx.store.client_state(client), batches)
             )
         n = len(stats)
-        distances = torch.zeros(n, n, dtype=torch.float64, device=self.sim.device)
+        distances = torch.zeros(n, n, dtype=torch.float64, device=self.ctx.device)
         for i in range(n):
             for j in range(i + 1, n):
                 distances[i, j] = distances[j, i] = wasserstein(stats[i], stats[j])
@@ -256,14 +256,14 @@ class FedAP(LocalBatchNorm):
         """θ̃_client = Σ_j W_client,j θ_j (every client's row is computed once per round)."""
         assert self.weights is not None
         if self._mixed is None:
-            store = self.sim.store
-            states = [store.server_state(j) for j in range(self.sim.data.num_clients)]
+            store = self.ctx.store
+            states = [store.server_state(j) for j in range(self.ctx.data.num_clients)]
             self._mixed = mix_states(states, self.weights, store.shared_keys())
         return self._mixed[client]
 
     # ------------------------------------------------------------------ the round
     def start_state(self, rnd: int, client: int) -> State:
-        state = self.sim.store.client_state(client)
+        state = self.ctx.store.client_state(client)
         if self.weights is None:
             return state
         return {**state, **self.mixed(client)}
@@ -275,15 +275,15 @@ class FedAP(LocalBatchNorm):
 
     def eval_state(self, client: int) -> State:
         # FL-bench tests FedAP's clients with the aggregate they would receive
-        return self.start_state(self.sim.rounds_completed, client)
+        return self.start_state(self.ctx.rounds_completed, client)
 
     def local_update(self, rnd: int, client: int) -> TrainResult:
         if self.pretraining(rnd) and self.sequential:
             return self._chain_result(rnd, client)
         start = self.start_state(rnd, client)
         if self.pretraining(rnd):
-            return self.sim.train(rnd, client, start, recipe=self.pretrain_recipe)
-        return train_on(self.sim, rnd, client, start, self.parts(client)[1])
+            return self.ctx.train(rnd, client, start, recipe=self.pretrain_recipe)
+        return train_on(self.ctx, rnd, client, start, self.parts(client)[1])
 
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
         if self.pretraining(rnd):
@@ -294,7 +294,7 @@ class FedAP(LocalBatchNorm):
                 self._set_weights()
             return
         for c in sorted(uploads):
-            self.sim.store.set_tailored(c, uploads[c])
+            self.ctx.store.set_tailored(c, uploads[c])
         self._mixed = None
 
     def round_metrics(self) -> dict[str, Any]:

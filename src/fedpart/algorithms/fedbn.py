@@ -12,8 +12,8 @@ from fedpart.models.base import batchnorm_keys, build_model
 
 def require_batchnorm(algorithm: Algorithm) -> None:
     """Fail with one line when the model has no BatchNorm layer (FedBN, FedAP need one)."""
-    if not batchnorm_keys(algorithm.sim.model):
-        name = algorithm.sim.cfg.model.name
+    if not batchnorm_keys(algorithm.ctx.model):
+        name = algorithm.ctx.cfg.model.name
         raise ConfigError(
             "model",
             f"{algorithm.name} needs BatchNorm layers, but model {name} has none; "
@@ -57,7 +57,7 @@ class LocalBatchNorm(Algorithm):
         return builds_batchnorm(cfg, cls)
 
     def personal_keys(self) -> set[str]:
-        bn = batchnorm_keys(self.sim.model, statistics=True, affine=True)
+        bn = batchnorm_keys(self.ctx.model, statistics=True, affine=True)
         return super().personal_keys() | set(bn)
 
     def setup(self) -> None:

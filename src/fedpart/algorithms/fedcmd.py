@@ -213,7 +213,7 @@ class FedCMD(Algorithm):
 
     def setup(self) -> None:
         o = self.options
-        model = self.sim.model
+        model = self.ctx.model
         blocks = list(model.block_names)
         if o.candidates is None:
             convs = [
@@ -241,7 +241,7 @@ class FedCMD(Algorithm):
         self.candidates = tuple(candidates)
         #: o_0 (the block before the first candidate), o_1, … : the outputs Eq. (6) compares
         self.chain = (blocks[positions[0] - 1], *candidates)
-        rounds = self.sim.cfg.federation.rounds
+        rounds = self.ctx.cfg.federation.rounds
         self.selection_rounds = (
             0
             if o.personal_layer
@@ -262,8 +262,8 @@ class FedCMD(Algorithm):
         self.round_winners: list[str] = []
         #: Φ (Eq. 8), clipped at 0, of every pair of clients that met in a round
         self.mixer = SimilarityMixer(
-            self.sim.data.num_clients,
-            self.sim.device,
+            self.ctx.data.num_clients,
+            self.ctx.device,
             lambda a, b: max(0.0, self._similarity(a, b, o.eps)),
         )
         #: the server's copy of each client's latest upload of the layers after l* (Eq. 7)
@@ -282,15 +282,15 @@ class FedCMD(Algorithm):
     def _fix(self, layer: str) -> None:
         """l* is chosen: from now on it stays on every client."""
         self.layer = layer
-        self.sim.store.make_personal(self._keys([layer]))
+        self.ctx.store.make_personal(self._keys([layer]))
 
     def _keys(self, blocks: list[str], *, trainable: bool = False) -> list[str]:
-        model = self.sim.model
+        model = self.ctx.model
         wanted = set(blocks)
         params = {k for k, _ in model.named_parameters()}
         return [
             k
-            for k in self.sim.store.keys
+            for k in self.ctx.store.keys
             if model.block_of(k) in wanted and (not trainable or k in params)
         ]
 
@@ -335,9 +335,9 @@ class FedCMD(Algorithm):
 
     def _post_train_vote(self, client: int, state: State) -> int:
         """Alg. 2 lines 9-11: one vote from the trained model's outputs on the client's data."""
-        data = self.sim.data
+        data = self.ctx.data
         idx = data.clients[client].train
-        model = self.sim.model
+        model = self.ctx.model
         model.eval()
         with torch.no_grad():
             x, y = data.batch(idx)
@@ -382,7 +382,7 @@ class FedCMD(Algorithm):
         if votes:
             self.round_winners.append(majority(votes, list(self.candidates)))
         keys = list(uploads[clients[0]])
-        store = self.sim.store
+        store = self.ctx.store
         if self.options.switch("phase1_weights") == "data_size":
             mixed = weighted_average(
                 [uploads[c] for c in clients], [weights[c] for c in clients], keys
@@ -390,7 +390,7 @@ class FedCMD(Algorithm):
         else:
             for c in clients:
                 self.latest_models[c] = uploads[c]
-            n = self.sim.data.num_clients
+            n = self.ctx.data.num_clients
             states = [self.latest_models.get(c, store.global_state) for c in range(n)]
             mixed = weighted_average(states, [1.0] * n, keys)
         store.global_state.update(mixed)
@@ -399,7 +399,7 @@ class FedCMD(Algorithm):
             self._fix(majority(self.round_winners, list(self.candidates)))
 
     def _aggregate_personalized(self, uploads: dict[int, State], weights: dict[int, float]) -> None:
-        store = self.sim.store
+        store = self.ctx.store
         clients = sorted(uploads)
         pre = [k for k in self._keys(self.pre_blocks()) if k in uploads[clients[0]]]
         post = [k for k in self._keys(self.post_blocks()) if k in uploads[clients[0]]]

@@ -56,14 +56,14 @@ class FedDyn(Algorithm):
     checkpointed = (saved.PerClient("grads", key="grad"), saved.Named("h"))
 
     def setup(self) -> None:
-        shared = set(self.sim.store.shared_keys())
-        self.params = [k for k, _ in self.sim.model.named_parameters() if k in shared]
+        shared = set(self.ctx.store.shared_keys())
+        self.params = [k for k, _ in self.ctx.model.named_parameters() if k in shared]
         self.grads: dict[int, State] = {}  # g_i of every client that has trained
-        self.h: State = {k: torch.zeros_like(self.sim.store.global_state[k]) for k in self.params}
+        self.h: State = {k: torch.zeros_like(self.ctx.store.global_state[k]) for k in self.params}
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         alpha = self.options.alpha
-        store = self.sim.store
+        store = self.ctx.store
         anchor = {k: store.global_state[k] for k in self.params}
         terms = [LossTerm("proximal", proximal(anchor), weight=alpha)]
         grad = self.grads.get(client)
@@ -75,7 +75,7 @@ class FedDyn(Algorithm):
         if not uploads:
             return
         alpha = self.options.alpha
-        store = self.sim.store
+        store = self.ctx.store
         previous = {k: store.global_state[k] for k in self.params}
         clients = sorted(uploads)
         # uniform weights, as the paper (and FL-bench) average the participants
@@ -87,7 +87,7 @@ class FedDyn(Algorithm):
                 step = uploads[c][k] - previous[k]
                 grad[k] = grad[k] - alpha * step
                 drift[k] += step
-        m = self.sim.data.num_clients
+        m = self.ctx.data.num_clients
         for k in self.params:
             self.h[k] = self.h[k] - (alpha / m) * drift[k]
             store.global_state[k] = store.global_state[k] - self.h[k] / alpha

@@ -68,10 +68,10 @@ class FedFomo(Algorithm):
 
     def setup(self) -> None:
         self.affinity = torch.eye(
-            self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device
+            self.ctx.data.num_clients, dtype=torch.float64, device=self.ctx.device
         )
-        shared = set(self.sim.store.shared_keys())
-        self.params = [k for k, _ in self.sim.model.named_parameters() if k in shared]
+        shared = set(self.ctx.store.shared_keys())
+        self.params = [k for k, _ in self.ctx.model.named_parameters() if k in shared]
         self.previous: list[int] = []  # the clients that uploaded in the last round
         self._round: tuple[int, dict[int, Combination]] = (-1, {})
         self._down_bytes: int | None = None
@@ -88,10 +88,10 @@ class FedFomo(Algorithm):
     def hold_out(self, rnd: int, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(validation, training) indices of ``client`` in round ``rnd``."""
         if self.options.M == 0:  # nothing to weight: train on everything, exactly Local
-            train = self.sim.data.clients[client].train
+            train = self.ctx.data.clients[client].train
             return train.new_empty(0), train
         keys = (rnd,) if self.options.val_resplit else ()
-        return split_train(self.sim, client, self.options.val_ratio, _VAL_STREAM, *keys)
+        return split_train(self.ctx, client, self.options.val_ratio, _VAL_STREAM, *keys)
 
     # ------------------------------------------------------------------ the combination
     def combination(self, rnd: int, client: int) -> Combination:
@@ -104,7 +104,7 @@ class FedFomo(Algorithm):
         return cache[client]
 
     def _combine(self, rnd: int, client: int) -> Combination:
-        store = self.sim.store
+        store = self.ctx.store
         own = store.client_state(client)
         val, train = self.hold_out(rnd, client)
         others = [j for j in self.downloads(rnd, client) if j != client]
@@ -115,13 +115,13 @@ class FedFomo(Algorithm):
         candidates = {
             j: {**own, **{k: store.server_state(j)[k] for k in self.params}} for j in others
         }
-        own_loss = mean_loss(self.sim, own, val)
+        own_loss = mean_loss(self.ctx, own, val)
         benefit = {}
         for j, theta in candidates.items():
             distance = torch.sqrt(
                 sum(((theta[k] - own[k]).double() ** 2).sum() for k in self.params)
             )
-            gain = own_loss - mean_loss(self.sim, theta, val)
+            gain = own_loss - mean_loss(self.ctx, theta, val)
             benefit[j] = gain / (float(distance) + 1e-5)
         positive = torch.tensor([max(0.0, benefit[j]) for j in others], dtype=torch.float64)
         if float(positive.sum()) <= 0.0:
@@ -137,12 +137,12 @@ class FedFomo(Algorithm):
     def local_update(self, rnd: int, client: int) -> Any:
         start = self.combination(rnd, client)
         if self.options.M == 0:
-            return self.sim.train(rnd, client, start.state)
-        return train_on(self.sim, rnd, client, start.state, start.train)
+            return self.ctx.train(rnd, client, start.state)
+        return train_on(self.ctx, rnd, client, start.state, start.train)
 
     # ------------------------------------------------------------------ server
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
-        store = self.sim.store
+        store = self.ctx.store
         for c in sorted(uploads):
             store.set_tailored(c, uploads[c])
             for j, w in self.combination(rnd, c).benefit.items():

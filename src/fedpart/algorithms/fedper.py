@@ -15,4 +15,4 @@ class FedPer(Algorithm):
     summary = "Shared body averaged, personal head; trained jointly."
 
     def personal_blocks(self) -> set[str]:
-        return set(self.sim.model.head_names)
+        return set(self.ctx.model.head_names)

@@ -31,8 +31,8 @@ class FedProx(Algorithm):
 
     def proximal_recipe(self) -> Recipe:
         """Local training with the proximal term to the server model as it is now."""
-        store = self.sim.store
-        trainable = [k for k, _ in self.sim.model.named_parameters()]
+        store = self.ctx.store
+        trainable = [k for k, _ in self.ctx.model.named_parameters()]
         reference = {k: store.global_state[k].detach() for k in trainable}
         term = LossTerm("proximal", proximal(reference), weight=self.options.mu)
         return Recipe(phases=(Phase(loss_terms=(term,)),))

@@ -28,7 +28,7 @@ class FedRep(Algorithm):
     Options = FedRepOptions
 
     def personal_blocks(self) -> set[str]:
-        return set(self.sim.model.head_names)
+        return set(self.ctx.model.head_names)
 
     def recipe(self, rnd: int, client: int) -> Recipe:
-        return head_then_body(self.sim.model, self.options.head_epochs, self.options.body_epochs)
+        return head_then_body(self.ctx.model, self.options.head_epochs, self.options.body_epochs)

@@ -63,10 +63,10 @@ class FedRoD(Algorithm):
     summary = "Generic head with balanced softmax + personal head on detached features."
 
     def wrap_model(self, model: BlockModel) -> BlockModel:
-        return TwoHeadModel(model, self.sim.data.num_classes)
+        return TwoHeadModel(model, self.ctx.data.num_classes)
 
     def setup(self) -> None:
-        data = self.sim.data
+        data = self.ctx.data
         y = data.y
         self.class_counts = [
             torch.bincount(y[c.train], minlength=data.num_classes).float() for c in data.clients

@@ -69,7 +69,7 @@ class SeqLayer(Algorithm):
     Options = SeqLayerOptions
 
     def setup(self) -> None:
-        model = self.sim.model
+        model = self.ctx.model
         base = self.options.base_blocks or list(model.body_names())
         unknown = [b for b in base if b not in model.block_names or b in model.head_names]
         if unknown:
@@ -90,16 +90,16 @@ class SeqLayer(Algorithm):
         return unfrozen_blocks(rnd, self.options.mode, self.base, self.options.unfreeze_rounds)
 
     def frozen_blocks(self, rnd: int) -> set[str]:
-        return set(self.sim.model.block_names) - set(self.trainable(rnd))
+        return set(self.ctx.model.block_names) - set(self.trainable(rnd))
 
     def finish(self) -> bool:
         if self.options.finetune_epochs == 0:
             return False
-        self.finetuned = self.sim.finetune_all(self.options.finetune_epochs)
+        self.finetuned = self.ctx.finetune_all(self.options.finetune_epochs)
         return True
 
     def eval_state(self, client: int) -> dict:
-        return self.finetuned.get(client) or self.sim.store.client_state(client)
+        return self.finetuned.get(client) or self.ctx.store.client_state(client)
 
 
 @dataclass

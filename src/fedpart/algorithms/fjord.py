@@ -116,15 +116,15 @@ class Fjord(WidthSliced):
     def prefix(self, p: float) -> Any:
         """Index sets of the width-``p`` prefix (valid inside any wider prefix model)."""
         if p not in self._prefix:
-            self._prefix[p] = model_index_sets(self.sim.model, p)
+            self._prefix[p] = model_index_sets(self.ctx.model, p)
         return self._prefix[p]
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         p_max = self.width(client)
         # the capacity grid's step (federation.p_min), not the smallest client's width: under
         # Ideal every client still drops out over the whole grid, as Fjord does
-        widths = allowed_widths(p_max, self.sim.cfg.federation.p_min)
+        widths = allowed_widths(p_max, self.ctx.cfg.federation.p_min)
         self.sampled = []
         # one generator per (round, client): the draws replay identically on resume
-        draws = torch_generator(self.sim.cfg.seed, "algorithm", _WIDTH_DRAWS, rnd, client)
+        draws = torch_generator(self.ctx.cfg.seed, "algorithm", _WIDTH_DRAWS, rnd, client)
         return Recipe(objective=functools.partial(ordered_dropout_loss, self, p_max, widths, draws))

@@ -117,8 +117,8 @@ class FLANC(WidthSliced):
         # the factorized form of the run's CNN, with FLANC's ranks at the federation's p_min;
         # built through Pa3dFL's converter (its FLANC ablation is this model) without the local
         # head Pa3dFL adds
-        p_min = block_p_min(self.sim.capacity.width)
-        shape = tuple(self.sim.data.bundle.input_shape)
+        p_min = block_p_min(self.ctx.capacity.width)
+        shape = tuple(self.ctx.data.bundle.input_shape)
         try:
             spec_model = factorized_model(model, shape, p_min, "flanc")
         except ConfigError:
@@ -130,22 +130,22 @@ class FLANC(WidthSliced):
             spec_model.num_classes, shape, decomposition="flanc", p_min=p_min, spec=spec_model.spec
         )
         if self.options.basis_init == "orthonormal":
-            orthonormal_basis(flanc, torch_generator(self.sim.cfg.seed, "algorithm", _BASIS_STREAM))
+            orthonormal_basis(flanc, torch_generator(self.ctx.cfg.seed, "algorithm", _BASIS_STREAM))
         return flanc
 
     def setup(self) -> None:
         super().setup()
-        self.basis = tuple(self.sim.model.general_keys())
+        self.basis = tuple(self.ctx.model.general_keys())
         self.groups: dict[float, State] = {}
-        init = self.sim.store.global_state
+        init = self.ctx.store.global_state
         # every narrower width starts from the slice of the initial model and then lives apart
-        for p in sorted({self.width(c) for c in range(self.sim.data.num_clients)}):
+        for p in sorted({self.width(c) for c in range(self.ctx.data.num_clients)}):
             if p < 1.0:
                 sub = slice_state(init, self.index_sets(0, self._any_client(p)))
                 self.groups[p] = {k: v for k, v in sub.items() if k not in self.basis}
 
     def _any_client(self, p: float) -> int:
-        return next(c for c in range(self.sim.data.num_clients) if self.width(c) == p)
+        return next(c for c in range(self.ctx.data.num_clients) if self.width(c) == p)
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         if self.options.reg == 0:
@@ -157,7 +157,7 @@ class FLANC(WidthSliced):
     def width_state(self, client: int) -> State:
         """The client's model: the current basis and its width group's other tensors."""
         p = self.width(client)
-        state = self.sim.store.global_state
+        state = self.ctx.store.global_state
         if p >= 1.0:
             return {k: v.clone() for k, v in state.items()}
         return {
@@ -179,12 +179,12 @@ class FLANC(WidthSliced):
         clients = sorted(uploads)
         w = [weights[c] for c in clients]
         basis = weighted_average([uploads[c] for c in clients], w, list(self.basis))
-        self.sim.store.global_state.update(basis)
+        self.ctx.store.global_state.update(basis)
         for p in sorted({self.width(c) for c in clients}):
             members = [c for c in clients if self.width(c) == p]
             keys = [k for k in uploads[members[0]] if k not in self.basis]
             mixed = weighted_average(
                 [uploads[c] for c in members], [weights[c] for c in members], keys
             )
-            target = self.sim.store.global_state if p >= 1.0 else self.groups[p]
+            target = self.ctx.store.global_state if p >= 1.0 else self.groups[p]
             target.update(mixed)

@@ -23,46 +23,46 @@ State = dict[str, torch.Tensor]
 
 
 def split_train(
-    sim: MethodContext, client: int, fraction: float, stream: int, *keys: int
+    ctx: MethodContext, client: int, fraction: float, stream: int, *keys: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(held, kept)``: ``⌊fraction · n⌋`` of ``client``'s training indices drawn at random
     and the others (both sorted), from the stream ``(seed, "algorithm", stream, client, *keys)``.
     ``⌊·⌋`` as FL-bench's ``int(ratio * len(trainset))``."""
-    train = sim.data.clients[client].train
+    train = ctx.data.clients[client].train
     count = int(fraction * train.numel())
     order = torch.randperm(
-        train.numel(), generator=torch_generator(sim.cfg.seed, "algorithm", stream, client, *keys)
+        train.numel(), generator=torch_generator(ctx.cfg.seed, "algorithm", stream, client, *keys)
     ).to(train.device)
     held, kept = train[order[:count]], train[order[count:]]
     return held.sort().values, kept.sort().values
 
 
 def train_on(
-    sim: MethodContext,
+    ctx: MethodContext,
     rnd: int,
     client: int,
     start: State,
     index: torch.Tensor,
     recipe: Recipe | None = None,
 ) -> TrainResult:
-    """``sim.train`` on the pool samples ``index`` instead of the client's whole training split
+    """``ctx.train`` on the pool samples ``index`` instead of the client's whole training split
     (same recipe, optimiser settings and batch seeds)."""
-    clients = list(sim.data.clients)
+    clients = list(ctx.data.clients)
     clients[client] = dataclasses.replace(clients[client], train=index)
-    algo = sim.algorithm
+    algo = ctx.algorithm
     return train_client(
-        sim.model,
+        ctx.model,
         start,
         recipe if recipe is not None else algo.recipe(rnd, client),
-        dataclasses.replace(sim.data, clients=clients),
+        dataclasses.replace(ctx.data, clients=clients),
         client,
         rnd,
-        sim.train_settings(rnd, client),
+        ctx.train_settings(rnd, client),
         algo.frozen_blocks(rnd),
     )
 
 
-def mean_loss(sim: MethodContext, state: State, index: torch.Tensor) -> float:
+def mean_loss(ctx: MethodContext, state: State, index: torch.Tensor) -> float:
     """Mean cross-entropy of ``state`` (evaluation mode) on the pool samples ``index``."""
-    _, losses = evaluate_samples(sim.model, state, sim.data, index, sim.cfg.engine.eval_batch_size)
+    _, losses = evaluate_samples(ctx.model, state, ctx.data, index, ctx.cfg.engine.eval_batch_size)
     return float(losses.double().mean()) if losses.numel() else 0.0

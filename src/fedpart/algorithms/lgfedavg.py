@@ -12,4 +12,4 @@ class LGFedAvg(Algorithm):
     summary = "Personal body (local representation), head averaged."
 
     def personal_blocks(self) -> set[str]:
-        return set(self.sim.model.body_names())
+        return set(self.ctx.model.body_names())

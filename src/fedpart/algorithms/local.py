@@ -13,4 +13,4 @@ class Local(Algorithm):
     has_global_model = False
 
     def personal_blocks(self) -> set[str]:
-        return set(self.sim.model.block_names)
+        return set(self.ctx.model.block_names)

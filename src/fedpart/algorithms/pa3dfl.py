@@ -231,14 +231,14 @@ class Pa3dFL(WidthSliced):
     )
 
     def wrap_model(self, model: BlockModel) -> BlockModel:
-        p_min = block_p_min(self.sim.capacity.width)
-        shape = tuple(self.sim.data.bundle.input_shape)
+        p_min = block_p_min(self.ctx.capacity.width)
+        shape = tuple(self.ctx.data.bundle.input_shape)
         opts = self.options
         return factorized_model(model, shape, p_min, opts.decomposition, opts.flanc_ranks)
 
     def setup(self) -> None:
         super().setup()
-        model = self.sim.model
+        model = self.ctx.model
         self._test: dict[int, State] = {}  # each client's test model (Alg. 1), at its width
         self._alphas: list[float] = []
         self._hn_loss: float | None = None
@@ -248,17 +248,17 @@ class Pa3dFL(WidthSliced):
         if self.options.global_head_init == "he":
             # the frozen head's weights N(0, 2/fan_in) (He) instead of U(±1/√fan_in): logits √6×
             # larger for the same features, so the encoder grows them less to lower L_g
-            weight = self.sim.store.global_state["head.weight"]
-            gen = torch_generator(self.sim.cfg.seed, "algorithm", _HEAD_STREAM)
+            weight = self.ctx.store.global_state["head.weight"]
+            gen = torch_generator(self.ctx.cfg.seed, "algorithm", _HEAD_STREAM)
             drawn = torch.randn(weight.shape, generator=gen, dtype=weight.dtype)
             weight.copy_((drawn * math.sqrt(2.0 / weight.shape[1])).to(weight.device))
         self.hn: HyperNetwork | None = None
         if self.options.hn_aggregation:
             o = self.options
             keys = [*model.personal_keys(), "local_head.weight", "local_head.bias"]
-            init = self.sim.store.global_state
+            init = self.ctx.store.global_state
             self.hn = HyperNetwork(
-                self.sim.data.num_clients,
+                self.ctx.data.num_clients,
                 {k: init[k].shape for k in keys},
                 embed_dim=o.embed_dim,
                 hidden_dim=o.hidden_dim,
@@ -277,8 +277,8 @@ class Pa3dFL(WidthSliced):
                 encoder_init=o.encoder_init,
                 similarity=o.similarity,
                 centred=o.centred,
-                seed=hypernetwork_seed(self.sim.cfg.seed),
-            ).to(self.sim.device)
+                seed=hypernetwork_seed(self.ctx.cfg.seed),
+            ).to(self.ctx.device)
 
     # ------------------------------------------------------------ the three choices
     def personal_blocks(self) -> set[str]:
@@ -326,16 +326,16 @@ class Pa3dFL(WidthSliced):
         mode = self.options.test_model
         if mode != "search":
             return received if mode == "received" else m1
-        split = self.sim.data.clients[client]
+        split = self.ctx.data.clients[client]
         index = split.val if split.val.numel() else split.train
         alpha, state = line_search(
             self.model_for(client),
             received,
             m1,
-            self.sim.data,
+            self.ctx.data,
             index,
             self.options.line_search,
-            self.sim.cfg.engine.eval_batch_size,
+            self.ctx.cfg.engine.eval_batch_size,
         )
         self._alphas.append(alpha)
         return state
@@ -346,7 +346,7 @@ class Pa3dFL(WidthSliced):
             return
         clients = sorted(uploads)
         index = [self.index_sets(self._trained_round.get(c, rnd), c) for c in clients]
-        store = self.sim.store
+        store = self.ctx.store
         general = [k for k in uploads[clients[0]] if store.model.block_of(k) == "general"]
         # Eq. (6): a uniform average over the participants (biases over those holding them)
         ones = [1.0] * len(clients)

@@ -67,7 +67,7 @@ class PFedGate(Algorithm):
     backends = ("sequential",)
 
     def wrap_model(self, model: BlockModel) -> BlockModel:
-        shape = tuple(self.sim.data.bundle.input_shape)
+        shape = tuple(self.ctx.data.bundle.input_shape)
         return GatedModel(model, shape, blocks=self.options.blocks)
 
     def setup(self) -> None:
@@ -78,16 +78,16 @@ class PFedGate(Algorithm):
 
     def sparsity(self, client: int) -> float:
         """The client's sparsity ``s_i``: the fraction of parameters it may keep, its capacity."""
-        return float(min(1.0, self.sim.capacity.capacity[client]))
+        return float(min(1.0, self.ctx.capacity.capacity[client]))
 
     def model_for(self, client: int) -> Any:
         s = self.sparsity(client)
         if s >= 1.0:
-            return self.sim.model
+            return self.ctx.model
         if s not in self._models:
-            self._models[s] = self.sim.model.with_sparsity(s)  # type: ignore[operator]
+            self._models[s] = self.ctx.model.with_sparsity(s)  # type: ignore[operator]
         return self._models[s]
 
     def recipe(self, rnd: int, client: int) -> Recipe:
-        scale = self.options.gate_lr / self.sim.cfg.federation.lr
+        scale = self.options.gate_lr / self.ctx.cfg.federation.lr
         return Recipe(objective=functools.partial(gated_loss, scale))

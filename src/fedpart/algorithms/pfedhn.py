@@ -58,10 +58,10 @@ class PFedHN(Algorithm):
 
     def setup(self) -> None:
         o = self.options
-        state = self.sim.store.global_state
-        keys = [k for k, _ in self.sim.model.named_parameters()]
+        state = self.ctx.store.global_state
+        keys = [k for k, _ in self.ctx.model.named_parameters()]
         self.hn = HyperNetwork(
-            self.sim.data.num_clients,
+            self.ctx.data.num_clients,
             {k: state[k].shape for k in keys},
             embed_dim=o.embed_dim,
             hidden_dim=o.hidden_dim,
@@ -71,17 +71,17 @@ class PFedHN(Algorithm):
             embed_init=o.embed_init,
             encoder_init=o.encoder_init,
             centred=o.centred,
-            seed=hypernetwork_seed(self.sim.cfg.seed),
-        ).to(self.sim.device)
+            seed=hypernetwork_seed(self.ctx.cfg.seed),
+        ).to(self.ctx.device)
         self._hn_loss: float | None = None
         self._hn_row: dict[str, Any] = {}  # the last hyper-network step's measurements
 
     def personal_keys(self) -> set[str]:
         # buffers (BatchNorm statistics) are not generated: they stay on their client
-        return {k for k, _ in self.sim.model.named_buffers()} | super().personal_keys()
+        return {k for k, _ in self.ctx.model.named_buffers()} | super().personal_keys()
 
     def start_state(self, rnd: int, client: int) -> State:
-        return {**self.sim.store.client_state(client), **self.hn.generate([client])[0]}
+        return {**self.ctx.store.client_state(client), **self.hn.generate([client])[0]}
 
     def eval_state(self, client: int) -> State:
         return self.start_state(0, client)

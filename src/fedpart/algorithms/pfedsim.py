@@ -76,12 +76,12 @@ class PFedSim(Algorithm):
 
     def setup(self) -> None:
         o = self.options
-        rounds = self.sim.cfg.federation.rounds
+        rounds = self.ctx.cfg.federation.rounds
         self.warmup = warmup_rounds(rounds, o.warmup_ratio, o.warmup_rounds)
-        self.classifier = classifier_weight_key(self.sim.model)
+        self.classifier = classifier_weight_key(self.ctx.model)
         self.mixer = SimilarityMixer(
-            self.sim.data.num_clients,
-            self.sim.device,
+            self.ctx.data.num_clients,
+            self.ctx.device,
             lambda a, b: classifier_similarity(a[self.classifier], b[self.classifier]),
         )
         self.personalized = False
@@ -90,9 +90,9 @@ class PFedSim(Algorithm):
 
     def _personalize(self) -> None:
         """End of warm-up: every client's classifier starts as the FedAvg one and stays local."""
-        model = self.sim.model
+        model = self.ctx.model
         head = set(model.head_names)
-        self.sim.store.make_personal(k for k in self.sim.store.keys if model.block_of(k) in head)
+        self.ctx.store.make_personal(k for k in self.ctx.store.keys if model.block_of(k) in head)
         self.personalized = True
 
     # ------------------------------------------------------------------ server → client
@@ -107,7 +107,7 @@ class PFedSim(Algorithm):
         return normalize_rows(scores[None], "linear")[0]
 
     def start_state(self, rnd: int, client: int) -> State:
-        store = self.sim.store
+        store = self.ctx.store
         state = store.client_state(client)
         weights = self.mixing_weights(client) if self.personalized else None
         if weights is None:
@@ -133,7 +133,7 @@ class PFedSim(Algorithm):
             if rnd + 1 >= self.warmup:
                 self._personalize()
             return
-        store = self.sim.store
+        store = self.ctx.store
         shared = store.shared_keys()
         clients = sorted(uploads)
         for c in clients:

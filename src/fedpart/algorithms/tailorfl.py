@@ -115,9 +115,9 @@ class TailorFL(WidthSliced):
 
     def setup(self) -> None:
         super().setup()
-        self.plan = width_plan(self.sim.model)
+        self.plan = width_plan(self.ctx.model)
         groups = list(self.plan.groups)
-        modules = dict(self.sim.model.named_modules())
+        modules = dict(self.ctx.model.named_modules())
         if not all(isinstance(modules.get(g), nn.Conv2d | nn.Linear) for g in groups):
             raise ConfigError(
                 "model.name",
@@ -130,7 +130,7 @@ class TailorFL(WidthSliced):
         #: per group, the clients × filters 0/1 matrix of the filters each client holds
         self.member: dict[str, torch.Tensor] = {}
         self.corr = torch.eye(
-            self.sim.data.num_clients, dtype=torch.float64, device=self.sim.device
+            self.ctx.data.num_clients, dtype=torch.float64, device=self.ctx.device
         )
         self._client_index: dict[int, IndexSets] = {}
 
@@ -149,7 +149,7 @@ class TailorFL(WidthSliced):
 
     def _set_member(self, group: str, rows: list[torch.Tensor]) -> None:
         size = self.plan.groups[group]
-        m = torch.zeros(len(rows), size, dtype=torch.float64, device=self.sim.device)
+        m = torch.zeros(len(rows), size, dtype=torch.float64, device=self.ctx.device)
         for c, idx in enumerate(rows):
             m[c, idx] = 1.0
         self.member[group] = m
@@ -157,14 +157,14 @@ class TailorFL(WidthSliced):
 
     def _counts(self, group: str) -> list[int]:
         size = self.plan.groups[group]
-        return [kept_count(size, self.width(c)) for c in range(self.sim.data.num_clients)]
+        return [kept_count(size, self.width(c)) for c in range(self.ctx.data.num_clients)]
 
     def _ensure_filters(self) -> None:
         """The initial selection (TailorFL's first round), from the current server model."""
         if self.member:
             return
-        n = self.sim.data.num_clients
-        state = self.sim.store.global_state
+        n = self.ctx.data.num_clients
+        state = self.ctx.store.global_state
         importance, pull = zip(*(self.importance(c, state) for c in range(n)), strict=True)
         for g in self.shared_groups:
             score = filter_magnitude(state, g)
@@ -186,11 +186,11 @@ class TailorFL(WidthSliced):
         ``state`` fixed, loss ``CE + λ · mean(factor²)`` (TailorFL's importance layers). Also
         returns each factor's summed descent direction ``−Σ ∂L/∂factor``, which ranks the
         factors the clamp at 1 leaves equal (the ones the loss would raise most come first)."""
-        model = self.sim.model
-        data = self.sim.data
-        cfg = self.sim.cfg
+        model = self.ctx.model
+        data = self.ctx.data
+        cfg = self.ctx.cfg
         factors = {
-            g: torch.ones(size, dtype=torch.float64, device=self.sim.device, requires_grad=True)
+            g: torch.ones(size, dtype=torch.float64, device=self.ctx.device, requires_grad=True)
             for g, size in self.plan.groups.items()
         }
         pull = {g: torch.zeros_like(f) for g, f in factors.items()}
@@ -246,8 +246,8 @@ class TailorFL(WidthSliced):
     def retune(self) -> None:
         """TailorFL's server step after aggregation: the shared layers' filters by the new
         model's norms, the personal layers' by :func:`exchange_filters`."""
-        n = self.sim.data.num_clients
-        state = self.sim.store.global_state
+        n = self.ctx.data.num_clients
+        state = self.ctx.store.global_state
         for g in self.shared_groups:
             score = filter_magnitude(state, g)
             self._set_member(g, [top_filters(score, k) for k in self._counts(g)])

@@ -122,9 +122,9 @@ class UAPDFL(Decentralized):
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        model, sim = self.sim.model, self.sim
-        shape = tuple(sim.data.bundle.input_shape)
-        self.x_unit = torch.full((1, *shape), float(self.options.unit_value), device=sim.device)
+        model, ctx = self.ctx.model, self.ctx
+        shape = tuple(ctx.data.bundle.input_shape)
+        self.x_unit = torch.full((1, *shape), float(self.options.unit_value), device=ctx.device)
         names = model.block_names
         n_g = self.options.g_blocks or len(model.body_names())
         if n_g >= len(names):
@@ -133,10 +133,10 @@ class UAPDFL(Decentralized):
             )
         self.g_last = None if n_g == len(model.body_names()) else names[n_g - 1]
         body, head = set(names[:n_g]), set(names[n_g:])
-        self.g_keys = [k for k in sim.store.keys if model.block_of(k) in body]
-        self.h_keys = [k for k in sim.store.keys if model.block_of(k) in head]
-        unit, aux = self.representations(sim.store.client_state(0))  # Alg. 1 line 1, from w^0
-        m = sim.data.num_clients
+        self.g_keys = [k for k in ctx.store.keys if model.block_of(k) in body]
+        self.h_keys = [k for k in ctx.store.keys if model.block_of(k) in head]
+        unit, aux = self.representations(ctx.store.client_state(0))  # Alg. 1 line 1, from w^0
+        m = ctx.data.num_clients
         self.unit = unit.repeat(m, 1)  # I_i, [M, classes]
         self.aux = aux.repeat(m, 1)  # I_i^Aux, [M, feature_dim]
         self.targets: dict[int, torch.Tensor] = {}  # I^Aux_avg of the current round
@@ -149,7 +149,7 @@ class UAPDFL(Decentralized):
     @torch.no_grad()
     def representations(self, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """(I, I^Aux) = (softmax(h(g(X_unit))), g(X_unit)) by Eqs. (5) and (11), in eval mode."""
-        model = self.sim.model
+        model = self.ctx.model
         was = model.training
         model.eval()
         try:
@@ -161,14 +161,14 @@ class UAPDFL(Decentralized):
 
     def g_out(self, state: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """g(X_unit), flattened (Eq. 11): the body's features, or the last g block's output."""
-        model, state = self.sim.model, dict(state)
+        model, state = self.ctx.model, dict(state)
         if self.g_last is None:
             return features(model, state, self.x_unit)
         return call_method(model, "block_outputs", state, self.x_unit)[self.g_last].flatten(1)
 
     # ------------------------------------------------------------ Algorithm 2
     def communicate(self, rnd: int, graph: Graph) -> None:
-        opts, exchange = self.options, self.sim.exchange
+        opts, exchange = self.options, self.ctx.exchange
         states, sizes = self.states(), self.client_sizes()  # round-(r−1) snapshot
         scalars = 1  # |D_j|, then I_j if a rule reads it, I_j^Aux if Eq. (12) does
         scalars += self.unit.shape[1] if opts.dropout or opts.layerwise else 0
@@ -185,7 +185,7 @@ class UAPDFL(Decentralized):
             members = [i, *queue]
             self.targets[i] = self.aux[members].mean(0)  # line 29 (stale, detached)
             if opts.dropout and client_dropout(divs, opts.threshold):  # lines 10-12
-                rng = numpy_rng(self.sim.cfg.seed, "algorithm", rnd, i)
+                rng = numpy_rng(self.ctx.cfg.seed, "algorithm", rnd, i)
                 pick = queue[int(rng.integers(len(queue)))]
                 exchange.send(pick, i, full_bytes)
                 new_states.append(dict(states[pick]))
@@ -235,7 +235,7 @@ class UAPDFL(Decentralized):
         """Eq. (12): CE + μ‖g(X_unit) − I^Aux_avg‖² (lines 30-33); the term reaches g only."""
         if not self.aux_term:
             return Recipe()
-        model = self.sim.model
+        model = self.ctx.model
         target = self.targets[client].detach()
 
         def aux_gap(params: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -71,7 +71,7 @@ class WidthSliced(Algorithm):
     # --------------------------------------------------------------- widths
     def width(self, client: int) -> float:
         """The client's width ``p_i``."""
-        return float(self.sim.capacity.width[client])
+        return float(self.ctx.capacity.width[client])
 
     def offset(self, rnd: int) -> int:
         """The rolling window's start in round ``rnd`` (unused by a prefix selection)."""
@@ -96,23 +96,23 @@ class WidthSliced(Algorithm):
             if len(self._index) > 64:  # a rolling window makes new sets every round
                 self._index.clear()
             self._index[key] = model_index_sets(
-                self.sim.model, p, kind=self.selection, offset=offset
+                self.ctx.model, p, kind=self.selection, offset=offset
             )
         return self._index[key]
 
     def model_for(self, client: int) -> Any:
         if self.whole(client):
-            return self.sim.model
+            return self.ctx.model
         return self.model_at(self.width(client))
 
     def model_at(self, p: float) -> Any:
         """The module of width ``p`` (one cached per width; the run's model at ``p = 1``)."""
         if p >= 1.0:
-            return self.sim.model
+            return self.ctx.model
         if p not in self._models:
-            model = narrow_model(self.sim.model, p)
+            model = narrow_model(self.ctx.model, p)
             if self.scaled():
-                scale_outputs(model, self.sim.model, p)
+                scale_outputs(model, self.ctx.model, p)
             self._models[p] = model
         return self._models[p]
 
@@ -125,7 +125,7 @@ class WidthSliced(Algorithm):
         index = self.index_sets(rnd, client)
         total = 0
         for key in keys:
-            t = self.sim.store.global_state[key]
+            t = self.ctx.store.global_state[key]
             kept = index.get(key, ())
             sizes = [
                 len(kept[d]) if d < len(kept) and kept[d] is not None else t.shape[d]  # type: ignore[arg-type]
@@ -135,7 +135,7 @@ class WidthSliced(Algorithm):
         return total
 
     def job(self, rnd: int, client: int) -> ClientJob:
-        store = self.sim.store
+        store = self.ctx.store
         # the full-shaped personal tensors the trained slice goes back into (``trained``)
         personal = store.personal.get(client, store.init_personal) if store.personal_keys else {}
         job = super().job(rnd, client)
@@ -143,7 +143,7 @@ class WidthSliced(Algorithm):
         return job
 
     def start_state(self, rnd: int, client: int) -> State:
-        store = self.sim.store
+        store = self.ctx.store
         index = self.index_sets(rnd, client)
         state = store.client_state(client)
         return slice_state(state, index) if index else state
@@ -151,7 +151,7 @@ class WidthSliced(Algorithm):
     def trained(self, rnd: int, client: int, result: Any) -> None:
         # the store keeps full shapes: a client's personal slice goes back into its full
         # personal tensors, whose unheld coordinates keep their values
-        store = self.sim.store
+        store = self.ctx.store
         self._trained_round[client] = rnd
         index = self.index_sets(rnd, client)
         if index and store.personal_keys:
@@ -171,16 +171,16 @@ class WidthSliced(Algorithm):
             return
         keys = list(uploads[clients[0]])
         mixed = holder_average(
-            self.sim.store.global_state,
+            self.ctx.store.global_state,
             [uploads[c] for c in clients],
             index,
             [weights[c] for c in clients],
             keys,
         )
-        self.sim.store.global_state.update(mixed)
+        self.ctx.store.global_state.update(mixed)
 
     def eval_state(self, client: int) -> State:
         """The client's slice (of the current round's selection) at its own width."""
         index = self.index_sets(self._round, client)
-        state = self.sim.store.client_state(client)
+        state = self.ctx.store.client_state(client)
         return slice_state(state, index) if index else state

@@ -1,37 +1,59 @@
 """What a method may use of the run it belongs to: :class:`MethodContext`.
 
-A method (``fedpart.algorithms``) is built with a context, not with the engine's ``Simulation``
-class: the protocol below is everything of a run a method reads or calls, so a method file
-names no engine class and a test can hand a method any object that has these members (the
-toy-model tests build one from a three-block model and a few tensors). ``Simulation`` is the
-context of a run.
+A method (``fedpart.algorithms``) is built with a context, not with the engine's ``Simulation``:
+the engine makes one :class:`MethodContext` per run and hands it to ``Algorithm.__init__``.
+It holds exactly what methods read or call — the config (seed, federation and topology
+settings), the model, the federated data, the state store, the device, the capacity profile,
+the decentralized round's exchange, the round counter, and a client's training — and nothing
+else of the run: it has slots, no ``__dict__``, and no way back to the ``Simulation``.
+
+The engine fills it in the order a run is built: ``cfg``, ``data``, ``device`` and
+``capacity`` before the method exists; ``algorithm`` once it does; ``model`` and ``store`` once
+the method has shaped them (``wrap_model``, ``stored_blocks``); ``exchange`` when a
+decentralized round starts; ``rounds_completed`` as rounds end. A test builds one directly
+from a three-block model and a few tensors (``tests/test_toy_methods.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from fedpart.config import Config
+from fedpart.engine.rounds import train_settings
 from fedpart.engine.store import ClientStateStore
+from fedpart.engine.training import TrainResult, TrainSettings, train_client
+
+__all__ = ["MethodContext"]
 
 State = dict[str, torch.Tensor]
+#: ``(epochs, start) -> {client: state}``: the run's fine-tuning of every client
+Finetune = Callable[[int, Any], dict[int, State]]
 
 
-class MethodContext(Protocol):
+@dataclass(eq=False, slots=True)
+class MethodContext:
     """The run as a method sees it: its config, model, federated data, state store, device,
     capacity profile, the decentralized round's exchange, the round counter, and training."""
 
     cfg: Config
-    model: Any  #: the run's ``BlockModel`` (as wrapped by the method)
     data: Any  #: the ``FederatedData`` on the device
-    store: ClientStateStore
     device: torch.device
-    capacity: Any  #: every client's capacity and width (``engine.capacity``)
-    exchange: Any  #: the bytes of a decentralized round's messages (None outside one)
-    rounds_completed: int
-    algorithm: Any  #: the method itself (helpers shared by methods reach it through the run)
+    capacity: Any = None  #: every client's capacity and width (``engine.capacity``)
+    model: Any = None  #: the run's ``BlockModel`` as the method wrapped it (set once built)
+    store: ClientStateStore | None = None  #: set once the model exists
+    exchange: Any = None  #: the bytes of a decentralized round's messages (None outside one)
+    rounds_completed: int = 0
+    algorithm: Any = None  #: the method itself (helpers shared by methods reach it here)
+    #: how the run fine-tunes every client (:meth:`finetune_all`), set by the engine
+    finetune: Finetune | None = field(default=None, repr=False)
+
+    def train_settings(self, rnd: int, client: int | None = None) -> TrainSettings:
+        """The optimiser settings of ``client``'s training in round ``rnd``."""
+        return train_settings(self.cfg, self.data.num_clients, rnd, client)
 
     def train(
         self,
@@ -40,14 +62,24 @@ class MethodContext(Protocol):
         start: State,
         recipe: Any = None,
         frozen: set[str] | None = None,
-    ) -> Any:
+    ) -> TrainResult:
         """A client's local training from ``start`` (the method's recipe unless one is given)."""
-        ...
-
-    def train_settings(self, rnd: int, client: int | None = None) -> Any:
-        """The optimiser settings of ``client``'s training in round ``rnd``."""
-        ...
+        algo = self.algorithm
+        return train_client(
+            algo.model_for(client),
+            start,
+            recipe if recipe is not None else algo.recipe(rnd, client),
+            self.data,
+            client,
+            rnd,
+            self.train_settings(rnd, client),
+            algo.frozen_blocks(rnd) if frozen is None else frozen,
+        )
 
     def finetune_all(self, epochs: int, start: Any = None) -> dict[int, State]:
-        """Every client fine-tunes its whole model ``epochs`` epochs (no aggregation)."""
-        ...
+        """Every client (not only sampled ones) trains its whole model ``epochs`` epochs locally,
+        starting from ``start(client)`` (default: its model in the store); no aggregation
+        (the run's backend, or Flower's nodes, do it: :attr:`finetune`)."""
+        if self.finetune is None:
+            raise RuntimeError("this context belongs to no run that can fine-tune")
+        return self.finetune(epochs, start)

@@ -38,12 +38,14 @@ from fedpart.engine.build import (  # noqa: F401 - the names' former home
     resolved_options,
 )
 from fedpart.engine.checkpoint import CHECKPOINT_FORMAT  # noqa: F401
+from fedpart.engine.context import MethodContext
 from fedpart.engine.data import FederatedData
 from fedpart.engine.decentralized import Exchange
 from fedpart.engine.loop import PROTOCOL_DOCS, Result  # noqa: F401
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.rounds import MacCounters, sample_clients  # noqa: F401
-from fedpart.engine.training import TrainResult, TrainSettings, train_client
+from fedpart.engine.store import ClientStateStore
+from fedpart.engine.training import TrainResult, TrainSettings
 from fedpart.models import BlockModel
 from fedpart.tracking.run_dir import RunDir
 
@@ -69,20 +71,21 @@ class Simulation:
         self.data = data = build.federated_data(cfg, data, self.device)
         #: each client's capacity r_i and width p_i (docs/capacity.md), fixed for the run
         self.capacity = build.client_capacity(cfg, data.num_clients)
-        self.algorithm = algo_cls(options, self)
-        self.model: BlockModel = build.run_model(
-            cfg, self.algorithm, data, self.capacity, self.device
-        )
+        #: what the method sees of the run (``engine.context``), filled in as the run is built
+        self.context = MethodContext(cfg, data, self.device, self.capacity)
+        self.algorithm = algo_cls(options, self.context)
+        self.context.algorithm = self.algorithm
+        self.model = build.run_model(cfg, self.algorithm, data, self.capacity, self.device)
         self._macs = MacCounters(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = build.client_store(self.model, self.algorithm)
         self.topology = build.run_topology(cfg, self.algorithm, data.num_clients)
-        self.exchange: Exchange | None = None
         #: where local training runs (``engine.backend``)
         self.executor: Backend = make_backend(
             resolve_backend(cfg, self.algorithm, self.model, data), self
         )
+        # through the run's (or a subclass's: Flower's nodes) fine-tuning, never the run itself
+        self.context.finetune = lambda epochs, start: self.finetune_all(epochs, start)
         self.algorithm.setup()
-        self.rounds_completed = 0
         self.finished = False
         self.rows: list[dict[str, Any]] = []
         self.final_row: dict[str, Any] | None = None
@@ -94,6 +97,43 @@ class Simulation:
         #: weight) (``federation.client_failure_mode=straggle``; checkpointed)
         self.late: dict[int, tuple[dict[str, torch.Tensor], float]] = {}
         self.resumed = False  # set by fedpart.resume: the directory already holds this run
+
+    # ------------------------------------------------------------ what the method shares
+    # the run's model, store, exchange and round counter live in the method's context, so
+    # that the method sees them as the engine changes them
+    @property
+    def model(self) -> BlockModel:
+        return self.context.model
+
+    @model.setter
+    def model(self, model: BlockModel) -> None:
+        self.context.model = model
+
+    @property
+    def store(self) -> ClientStateStore:
+        assert self.context.store is not None
+        return self.context.store
+
+    @store.setter
+    def store(self, store: ClientStateStore) -> None:
+        self.context.store = store
+
+    @property
+    def exchange(self) -> Exchange | None:
+        """The bytes of the current decentralized round's messages (None before the first)."""
+        return self.context.exchange
+
+    @exchange.setter
+    def exchange(self, exchange: Exchange | None) -> None:
+        self.context.exchange = exchange
+
+    @property
+    def rounds_completed(self) -> int:
+        return self.context.rounds_completed
+
+    @rounds_completed.setter
+    def rounds_completed(self, done: int) -> None:
+        self.context.rounds_completed = done
 
     # ------------------------------------------------------------ backend
     @property
@@ -121,7 +161,7 @@ class Simulation:
         return rounds.local_epochs(self.cfg, self.data.num_clients, client)
 
     def train_settings(self, rnd: int, client: int | None = None) -> TrainSettings:
-        return rounds.train_settings(self.cfg, self.data.num_clients, rnd, client)
+        return self.context.train_settings(rnd, client)
 
     def train(
         self,
@@ -132,17 +172,7 @@ class Simulation:
         frozen: set[str] | None = None,
     ) -> TrainResult:
         """Run a client's local training (the method's recipe unless one is given)."""
-        algo = self.algorithm
-        return train_client(
-            algo.model_for(client),
-            start,
-            recipe if recipe is not None else algo.recipe(rnd, client),
-            self.data,
-            client,
-            rnd,
-            self.train_settings(rnd, client),
-            algo.frozen_blocks(rnd) if frozen is None else frozen,
-        )
+        return self.context.train(rnd, client, start, recipe, frozen)
 
     def finetune_all(self, epochs: int, start: Any = None) -> dict[int, dict[str, torch.Tensor]]:
         """Every client (not only sampled ones) trains its whole model ``epochs`` epochs locally,
