@@ -476,6 +476,12 @@ def option(
     return field(default=default, metadata=metadata)
 
 
+def fraction(default: float, doc: str) -> Any:
+    """An option that is a fraction in [0, 1] (a ratio, a weight, a share of rounds):
+    ``option(default, doc, ge=0, le=1)``."""
+    return option(default, doc, ge=0, le=1)
+
+
 def check_limits(options: Any, section: str) -> None:
     """Check every field of the dataclass ``options`` against the limits its metadata declares
     (:data:`LIMITS`); ``None`` passes (an unset optional value), a list is checked item by item.

@@ -49,7 +49,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import State
 from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
-from fedpart.config import option
+from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import Recipe, cross_entropy
 from fedpart.engine.seeding import torch_generator
@@ -169,12 +169,10 @@ class DisPFL(Decentralized):
             gt=0,
             le=1,
         )
-        anneal_factor: float = option(
+        anneal_factor: float = fraction(
             0.5,
             "α: fraction of active weights swapped in round 0, cosine-annealed "
             "(the official default 0.5; 0 keeps the masks fixed)",
-            ge=0,
-            le=1,
         )
         regrow: str = option(
             "gradient",

@@ -14,7 +14,7 @@ from torch.func import functional_call
 from fedpart.algorithms.fedbn import LocalBatchNorm
 from fedpart.algorithms.holdout import split_train, train_on
 from fedpart.algorithms.registry import register
-from fedpart.config import option
+from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixers import warmup_rounds
 from fedpart.engine.mixing import mix_states, tensor_bytes
@@ -34,14 +34,11 @@ PRETRAIN_MODES = ("sequential", "fedavg")
 
 @dataclass
 class FedAPOptions:
-    model_momentum: float = option(
-        0.5,
-        "λ: a client's weight on its own model; the others share 1 − λ (FedCMD: 0.5)",
-        ge=0,
-        le=1,
+    model_momentum: float = fraction(
+        0.5, "λ: a client's weight on its own model; the others share 1 − λ (FedCMD: 0.5)"
     )
-    warmup_ratio: float = option(
-        0.5, "the first int(ratio · federation.rounds) rounds pre-train (FL-bench: 0.5)", ge=0, le=1
+    warmup_ratio: float = fraction(
+        0.5, "the first int(ratio · federation.rounds) rounds pre-train (FL-bench: 0.5)"
     )
     warmup_rounds: int | None = option(
         None, "the number of pre-training rounds instead (FL-bench's warmup_round >= 1)", ge=0

@@ -30,7 +30,7 @@ from torch import nn
 
 from fedpart.algorithms.base import Algorithm, State
 from fedpart.algorithms.registry import register
-from fedpart.config import option
+from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
 from fedpart.engine.mixers import (
@@ -66,7 +66,7 @@ class FedCMDOptions:
     variant: str = option(
         "paper", "paper or code: the default of every switch below (spec §2.5)", choices=VARIANTS
     )
-    rho: float = option(0.1, "ρ: the selection phase lasts K_p = ⌊ρ·rounds⌋ rounds", ge=0, le=1)
+    rho: float = fraction(0.1, "ρ: the selection phase lasts K_p = ⌊ρ·rounds⌋ rounds")
     selection_rounds: int | None = option(
         None, "K_p directly (overrides rho; Table IX: 20..100)", ge=0
     )

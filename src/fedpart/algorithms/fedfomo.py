@@ -14,6 +14,7 @@ from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import mix_states, normalize_rows, tensor_bytes
+from fedpart.engine.training import ClientJob
 
 State = dict[str, torch.Tensor]
 
@@ -73,8 +74,13 @@ class FedFomo(Algorithm):
         shared = set(self.ctx.store.shared_keys())
         self.params = [k for k, _ in self.ctx.model.named_parameters() if k in shared]
         self.previous: list[int] = []  # the clients that uploaded in the last round
-        self._round: tuple[int, dict[int, Combination]] = (-1, {})
+        self.combinations: dict[tuple[int, int], Combination] = {}
         self._down_bytes: int | None = None
+
+    def begin_round(self, rnd: int) -> None:
+        # a combination is computed from the models and affinities as they are at the start of
+        # its round, which aggregation changes: the last round's are stale
+        self.combinations = {}
 
     # ------------------------------------------------------------------ selection
     def downloads(self, rnd: int, client: int) -> list[int]:
@@ -95,13 +101,11 @@ class FedFomo(Algorithm):
 
     # ------------------------------------------------------------------ the combination
     def combination(self, rnd: int, client: int) -> Combination:
-        """Participant ``client``'s start of round ``rnd`` (computed once per round)."""
-        if self._round[0] != rnd:
-            self._round = (rnd, {})
-        cache = self._round[1]
-        if client not in cache:
-            cache[client] = self._combine(rnd, client)
-        return cache[client]
+        """Participant ``client``'s start of round ``rnd``, computed once in the round: for its
+        test before training, its local update and the server's aggregation alike."""
+        if (rnd, client) not in self.combinations:
+            self.combinations[rnd, client] = self._combine(rnd, client)
+        return self.combinations[rnd, client]
 
     def _combine(self, rnd: int, client: int) -> Combination:
         store = self.ctx.store
@@ -134,11 +138,18 @@ class FedFomo(Algorithm):
     def received_state(self, rnd: int, client: int) -> State:
         return self.combination(rnd, client).state
 
-    def local_update(self, rnd: int, client: int) -> Any:
+    def job(self, rnd: int, client: int) -> ClientJob:
         start = self.combination(rnd, client)
-        if self.options.M == 0:
-            return self.ctx.train(rnd, client, start.state)
-        return train_on(self.ctx, rnd, client, start.state, start.train)
+        recipe = self.recipe(rnd, client)
+        return ClientJob(rnd, client, start.state, recipe, {"combination": start})
+
+    def train_job(self, job: ClientJob) -> Any:
+        if self.options.M == 0:  # trains on its whole training split
+            return super().train_job(job)
+        train = job.scratch["combination"].train
+        result = train_on(self.ctx, job.rnd, job.client, job.start, train, job.recipe)
+        result.job = job
+        return result
 
     # ------------------------------------------------------------------ server
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:

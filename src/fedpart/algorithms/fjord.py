@@ -13,7 +13,7 @@ from torch.func import functional_call
 
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
-from fedpart.config import option
+from fedpart.config import fraction, option
 from fedpart.engine.recipe import Recipe
 from fedpart.engine.seeding import torch_generator
 from fedpart.models.width import model_index_sets, slice_state
@@ -27,9 +27,7 @@ class FjordOptions:
     distill: bool = option(
         True, "distil the client's widest submodel into the sampled one (Fjord's KD)"
     )
-    alpha: float = option(
-        0.5, "weight of the distillation term against the task loss, in [0, 1]", ge=0, le=1
-    )
+    alpha: float = fraction(0.5, "weight of the distillation term against the task loss, in [0, 1]")
     temperature: float = option(1.0, "softmax temperature of the distillation term (> 0)", gt=0)
     train_teacher: bool = option(
         True,

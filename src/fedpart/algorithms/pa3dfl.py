@@ -33,7 +33,7 @@ from fedpart.engine.hypernetwork import (
     HyperNetworkOptions,
     hn_metrics,
     hypernetwork_seed,
-    hypernetwork_step,
+    step_on_uploads,
 )
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
 from fedpart.engine.seeding import torch_generator
@@ -353,19 +353,7 @@ class Pa3dFL(WidthSliced):
         subs = [uploads[c] for c in clients]
         store.global_state.update(holder_average(store.global_state, subs, index, ones, general))
         if self.hn is not None:
-            keys = list(self.hn.shapes)
-            targets = [{k: uploads[c][k] for k in keys} for c in clients]
-            o = self.options
-            step = hypernetwork_step(
-                self.hn,
-                clients,
-                targets,
-                index,
-                o.hn_lr,
-                max_grad_norm=o.hn_clip or None,
-                max_gain=o.hn_max_gain or None,
-                measure=True,
-            )
+            step = step_on_uploads(self.hn, self.options, clients, uploads, index)
             self._hn_loss = step.loss
             self._hn_row = hn_metrics(self.hn, step)
 

@@ -17,7 +17,7 @@ from fedpart.engine.hypernetwork import (
     HyperNetworkOptions,
     hn_metrics,
     hypernetwork_seed,
-    hypernetwork_step,
+    step_on_uploads,
 )
 
 State = dict[str, torch.Tensor]
@@ -88,18 +88,7 @@ class PFedHN(Algorithm):
 
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
         clients = sorted(uploads)
-        targets = [{k: uploads[c][k] for k in self.hn.shapes} for c in clients]
-        o = self.options
-        step = hypernetwork_step(
-            self.hn,
-            clients,
-            targets,
-            None,
-            o.hn_lr,
-            max_grad_norm=o.hn_clip or None,
-            max_gain=o.hn_max_gain or None,
-            measure=True,
-        )
+        step = step_on_uploads(self.hn, self.options, clients, uploads, None)
         self._hn_loss = step.loss
         self._hn_row = hn_metrics(self.hn, step)
 

@@ -10,7 +10,7 @@ import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
-from fedpart.config import option
+from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixers import SimilarityMixer, warmup_rounds
 from fedpart.engine.mixing import normalize_rows
@@ -25,12 +25,10 @@ SELF_SIMILARITY = 0.9999
 
 @dataclass
 class PFedSimOptions:
-    warmup_ratio: float = option(
+    warmup_ratio: float = fraction(
         0.5,
         "ρ_general: the first int(ρ · federation.rounds) rounds are FedAvg "
         "(FedCMD and FL-bench: 0.5)",
-        ge=0,
-        le=1,
     )
 
     warmup_rounds: int | None = option(

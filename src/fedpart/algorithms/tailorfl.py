@@ -13,7 +13,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import State
 from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
-from fedpart.config import option
+from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import batch_slices
@@ -27,20 +27,16 @@ _IMPORTANCE_BATCHES = 2
 @dataclasses.dataclass
 class TailorFLOptions:
     reg: float = option(0.1, "coefficient of the importance layers' L2 regulariser (λ, >= 0)", ge=0)
-    swap: float = option(
+    swap: float = fraction(
         0.2,
         "per round, the fraction of min(kept, pruned) filters of a personal layer a "
         "client may exchange towards its similar clients' filters, in [0, 1]",
-        ge=0,
-        le=1,
     )
     importance_steps: int = option(10, "SGD steps training the importance layers (>= 1)", ge=1)
-    personal_fraction: float = option(
+    personal_fraction: float = fraction(
         0.5,
         "fraction of the layers (head counted) whose filters are chosen per client; "
         "the others keep the globally largest filters",
-        ge=0,
-        le=1,
     )
 
 

@@ -30,6 +30,9 @@ This module holds the options methods share and the seed; the network lives in
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
+
+from torch import Tensor
 
 from fedpart.config import option
 from fedpart.engine.hypernetwork_model import (
@@ -41,6 +44,7 @@ from fedpart.engine.hypernetwork_model import (
 )
 from fedpart.engine.hypernetwork_step import HyperStep, hn_metrics, hypernetwork_step
 from fedpart.engine.seeding import seed_for
+from fedpart.models.width import IndexSets
 
 __all__ = [
     "HyperNetwork",
@@ -53,6 +57,7 @@ __all__ = [
     "hn_metrics",
     "hypernetwork_seed",
     "hypernetwork_step",
+    "step_on_uploads",
 ]
 
 #: the key of the hyper-network's initialisation in the run's ``algorithm`` seed stream
@@ -76,6 +81,29 @@ class HyperNetworkOptions:
         "unit",
         "client embeddings N(0, 1/d) (unit) or N(0, 1) (normal: the spec's)",
         choices=EMBED_INITS,
+    )
+
+
+def step_on_uploads(
+    hn: HyperNetwork,
+    options: HyperNetworkOptions,
+    clients: Sequence[int],
+    uploads: Mapping[int, Mapping[str, Tensor]],
+    index: Sequence[IndexSets] | None,
+) -> HyperStep:
+    """The round's :func:`hypernetwork_step` of a method with these options: towards the
+    participants' uploaded values of the generated tensors (pruned by ``index``), with the
+    options' learning rate, gradient clip and step limit, measured for the round's metrics."""
+    targets = [{k: uploads[c][k] for k in hn.shapes} for c in clients]
+    return hypernetwork_step(
+        hn,
+        clients,
+        targets,
+        index,
+        options.hn_lr,
+        max_grad_norm=options.hn_clip or None,
+        max_gain=options.hn_max_gain or None,
+        measure=True,
     )
 
 

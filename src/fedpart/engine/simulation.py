@@ -40,14 +40,21 @@ from fedpart.engine.build import (  # noqa: F401 - the names' former home
 from fedpart.engine.checkpoint import CHECKPOINT_FORMAT  # noqa: F401
 from fedpart.engine.context import MethodContext
 from fedpart.engine.data import FederatedData
-from fedpart.engine.decentralized import Exchange
 from fedpart.engine.loop import PROTOCOL_DOCS, Result  # noqa: F401
 from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.rounds import MacCounters, sample_clients  # noqa: F401
-from fedpart.engine.store import ClientStateStore
 from fedpart.engine.training import TrainResult, TrainSettings
 from fedpart.models import BlockModel
 from fedpart.tracking.run_dir import RunDir
+
+
+def _in_context(name: str, doc: str) -> Any:
+    """A ``Simulation`` attribute kept in its method's context (``engine.context``)."""
+    return property(
+        lambda sim: getattr(sim.context, name),
+        lambda sim, value: setattr(sim.context, name, value),
+        doc=doc,
+    )
 
 
 class Simulation:
@@ -98,42 +105,12 @@ class Simulation:
         self.late: dict[int, tuple[dict[str, torch.Tensor], float]] = {}
         self.resumed = False  # set by fedpart.resume: the directory already holds this run
 
-    # ------------------------------------------------------------ what the method shares
     # the run's model, store, exchange and round counter live in the method's context, so
     # that the method sees them as the engine changes them
-    @property
-    def model(self) -> BlockModel:
-        return self.context.model
-
-    @model.setter
-    def model(self, model: BlockModel) -> None:
-        self.context.model = model
-
-    @property
-    def store(self) -> ClientStateStore:
-        assert self.context.store is not None
-        return self.context.store
-
-    @store.setter
-    def store(self, store: ClientStateStore) -> None:
-        self.context.store = store
-
-    @property
-    def exchange(self) -> Exchange | None:
-        """The bytes of the current decentralized round's messages (None before the first)."""
-        return self.context.exchange
-
-    @exchange.setter
-    def exchange(self, exchange: Exchange | None) -> None:
-        self.context.exchange = exchange
-
-    @property
-    def rounds_completed(self) -> int:
-        return self.context.rounds_completed
-
-    @rounds_completed.setter
-    def rounds_completed(self, done: int) -> None:
-        self.context.rounds_completed = done
+    model = _in_context("model", "the run's model, as the method wrapped it")
+    store = _in_context("store", "every client's state (``engine.store``)")
+    exchange = _in_context("exchange", "the current decentralized round's messages' bytes")
+    rounds_completed = _in_context("rounds_completed", "rounds the run has completed")
 
     # ------------------------------------------------------------ backend
     @property
