@@ -64,7 +64,7 @@ def test_fedcmd_fixes_the_majority_layer_after_the_selection_rounds():
             algo.trained(rnd, c, SimpleNamespace(observations=v))
         uploads = {c: algo.upload(rnd, c, moved(start, c)) for c in votes}
         algo.aggregate(rnd, uploads, dict.fromkeys(votes, 1.0))
-        assert algo.round_winners[-1] == "classifier"  # clients 0, 1, 2 vote classifier
+        assert algo.votes.winners[-1] == "classifier"  # clients 0, 1, 2 vote classifier
     assert algo.layer == "classifier"
     assert set(ctx.store.personal_keys) == {"classifier.weight", "classifier.bias"}
 

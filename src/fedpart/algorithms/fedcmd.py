@@ -20,19 +20,26 @@ point where the authors' code departs from the paper (docs/methods/fedcmd.md).
 from __future__ import annotations
 
 import functools
-import math
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from fedpart.algorithms.base import Algorithm, State
 from fedpart.algorithms.registry import register
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
+from fedpart.engine.layer_selection import (  # noqa: F401 - also importable from here
+    BlockVote,
+    batch_vote,
+    gaussian,
+    majority,
+    score_chain,
+    transfer_scores,
+    vote,
+    w2_gaussian,
+)
 from fedpart.engine.mixers import (
     SimilarityMixer,
     cosine,
@@ -116,80 +123,6 @@ class FedCMDOptions:
         return paper if self.variant == "paper" else code
 
 
-# ----------------------------------------------------------------------- the transfer score
-def gaussian(t: torch.Tensor) -> tuple[float, float] | None:
-    """(mean, std) of a scalar Gaussian fitted to ``t`` after min–max normalisation to [0, 1]
-    over the whole tensor; ``None`` when ``t`` is constant (the code's NaN, scored as 0)."""
-    t = t.detach().double().flatten()
-    lo, hi = t.min(), t.max()
-    if not hi > lo:
-        return None
-    u = (t - lo) / (hi - lo)
-    return float(u.mean()), float(u.std())
-
-
-def w2_gaussian(a: tuple[float, float] | None, b: tuple[float, float] | None, mode: str) -> float:
-    """W2 between 1-D Gaussians: √((μ1−μ2)² + (σ1−σ2)²) (closed form), or |μ1−μ2| (the
-    code's mean-only form); 0 when either fit is undefined."""
-    if a is None or b is None:
-        return 0.0
-    if mode == "mean_only":
-        return abs(a[0] - b[0])
-    return math.hypot(a[0] - b[0], a[1] - b[1])
-
-
-def transfer_scores(
-    x: torch.Tensor, y: torch.Tensor, chain: list[torch.Tensor], *, w2: str, score: str
-) -> list[float]:
-    """s_l of Eq. (6) for l = 1..len(chain)−1, ``chain`` being the outputs o_0, o_1, … (o_0 the
-    predecessor of the first candidate)."""
-    zx, zy = gaussian(x), gaussian(y)
-    z = [gaussian(o) for o in chain]
-    scores = []
-    for l in range(1, len(chain)):
-        ay, ax = w2_gaussian(z[l], zy, w2), w2_gaussian(z[l], zx, w2)
-        by, bx = w2_gaussian(z[l - 1], zy, w2), w2_gaussian(z[l - 1], zx, w2)
-        if score == "paper":
-            scores.append(abs((ay - ax) - (by - bx)))
-        else:
-            scores.append(abs(abs(ay - by) - abs(ax - bx)))
-    return scores
-
-
-def vote(scores: list[float], candidates: tuple[str, ...], tie_break: str) -> int:
-    """argmin_l s_l (first index on ties; the code prefers fc2 when it attains the minimum)."""
-    best = min(scores)
-    if (
-        tie_break == "prefer_fc2"
-        and "fc2" in candidates
-        and scores[candidates.index("fc2")] == best
-    ):
-        return candidates.index("fc2")
-    return scores.index(best)
-
-
-def batch_vote(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    outputs: dict[str, torch.Tensor],
-    *,
-    chain: tuple[str, ...],
-    w2: str,
-    score: str,
-    tie_break: str,
-) -> int:
-    """One batch's vote (an index into ``chain[1:]``): the observer of phase-1 training."""
-    scores = transfer_scores(x, y, [outputs[b] for b in chain], w2=w2, score=score)
-    return vote(scores, chain[1:], tie_break)
-
-
-def majority(votes: list[int] | list[str], order: list[Any]) -> Any:
-    """The most frequent vote; ties go to the earliest in ``order``."""
-    counts = Counter(votes)
-    top = max(counts.values())
-    return next(v for v in order if counts.get(v, 0) == top)
-
-
 # ----------------------------------------------------------------------------- the method
 @register
 class FedCMD(Algorithm):
@@ -206,60 +139,35 @@ class FedCMD(Algorithm):
         saved.PerClient("latest"),
         saved.PerClient("latest_models"),
         saved.Value("layer"),
-        saved.Value("round_winners"),
+        saved.Value("votes.winners", key="round_winners"),
     )
     Options = FedCMDOptions
     backends = ("sequential", "ray", "processes", "flower")
 
     def setup(self) -> None:
         o = self.options
-        model = self.ctx.model
-        blocks = list(model.block_names)
-        if o.candidates is None:
-            convs = [
-                i
-                for i, b in enumerate(blocks)
-                if any(isinstance(m, nn.Conv2d) for m in model.get_submodule(b).modules())
-            ]
-            first = convs[-1] + 1 if convs else 1
-            candidates = blocks[max(first, 1) :]
-        else:
-            candidates = list(o.candidates)
-        unknown = [c for c in [*candidates, o.personal_layer] if c and c not in blocks]
-        if unknown:
-            raise ConfigError(
-                "algorithm.candidates", f"unknown blocks {unknown}; blocks: {', '.join(blocks)}"
-            )
-        positions = [blocks.index(c) for c in candidates]
-        if not candidates or positions != sorted(set(positions)) or positions[0] == 0:
-            raise ConfigError(
-                "algorithm.candidates",
-                "need distinct blocks in forward order, none of them the first block "
-                f"(its predecessor's output is scored); got {candidates}",
-            )
-        self.blocks = blocks
-        self.candidates = tuple(candidates)
-        #: o_0 (the block before the first candidate), o_1, … : the outputs Eq. (6) compares
-        self.chain = (blocks[positions[0] - 1], *candidates)
-        rounds = self.ctx.cfg.federation.rounds
-        self.selection_rounds = (
-            0
-            if o.personal_layer
-            else (
-                o.selection_rounds
-                if o.selection_rounds is not None
-                else max(1, int(o.rho * rounds))
-                if o.rho > 0
-                else 0
-            )
+        self.blocks = list(self.ctx.model.block_names)
+        #: the candidates, and o_0 (the block before the first), o_1, …: what Eq. (6) compares
+        self.candidates, self.chain = score_chain(self.ctx.model, o.candidates, (o.personal_layer,))
+        #: a batch's vote (the observer of phase-1 training)
+        self.batch_vote = functools.partial(
+            batch_vote,
+            chain=self.chain,
+            w2=o.switch("w2"),
+            score=o.switch("score"),
+            tie_break=o.switch("tie_break"),
         )
+        # K_p: none with a fixed l*; else as given, or ⌊ρ·rounds⌋ (at least 1 when ρ > 0)
+        by_rho = max(1, int(o.rho * self.ctx.cfg.federation.rounds)) if o.rho > 0 else 0
+        given = o.selection_rounds
+        self.selection_rounds = 0 if o.personal_layer else by_rho if given is None else given
         if self.selection_rounds == 0 and not o.personal_layer:
             raise ConfigError(
                 "algorithm.selection_rounds",
                 "no selection round and no algorithm.personal_layer: nothing would choose l*",
             )
         self.layer: str | None = None
-        self.round_winners: list[str] = []
+        self.votes = BlockVote(self.candidates)
         #: Φ (Eq. 8), clipped at 0, of every pair of clients that met in a round
         self.mixer = SimilarityMixer(
             self.ctx.data.num_clients,
@@ -270,8 +178,6 @@ class FedCMD(Algorithm):
         self.latest: dict[int, State] = {}
         #: the whole latest model of every client (phase 1 under all_clients_uniform)
         self.latest_models: dict[int, State] = {}
-        self._votes: dict[int, str] = {}
-        self._round_votes: dict[str, int] = {}
         if o.personal_layer:
             self._fix(o.personal_layer)
 
@@ -306,15 +212,7 @@ class FedCMD(Algorithm):
     def recipe(self, rnd: int, client: int) -> Recipe:
         if not self.selecting(rnd) or self.options.granularity != "batch":
             return Recipe()
-        o = self.options
-        fn = functools.partial(
-            batch_vote,
-            chain=self.chain,
-            w2=o.switch("w2"),
-            score=o.switch("score"),
-            tie_break=o.switch("tie_break"),
-        )
-        return Recipe(observe=Observer(blocks=self.chain, fn=fn))
+        return Recipe(observe=Observer(blocks=self.chain, fn=self.batch_vote))
 
     def _weight_keys(self) -> list[str]:
         """The personalized layer's weight matrices (the code's similarity excludes biases)."""
@@ -324,14 +222,11 @@ class FedCMD(Algorithm):
     def trained(self, rnd: int, client: int, result: Any) -> None:
         if not self.selecting(rnd):
             return
-        o = self.options
-        if o.granularity == "batch":
+        if self.options.granularity == "batch":
             votes = [int(v) for v in result.observations]
         else:
             votes = [self._post_train_vote(client, result.state)]
-        if votes:
-            order = list(range(len(self.candidates)))
-            self._votes[client] = self.candidates[majority(votes, order)]
+        self.votes.client_voted(client, votes)
 
     def _post_train_vote(self, client: int, state: State) -> int:
         """Alg. 2 lines 9-11: one vote from the trained model's outputs on the client's data."""
@@ -342,16 +237,7 @@ class FedCMD(Algorithm):
         with torch.no_grad():
             x, y = data.batch(idx)
             outputs = call_method(model, "block_outputs", state, x)
-        o = self.options
-        return batch_vote(
-            x,
-            y,
-            outputs,
-            chain=self.chain,
-            w2=o.switch("w2"),
-            score=o.switch("score"),
-            tie_break=o.switch("tie_break"),
-        )
+        return self.batch_vote(x, y, outputs)
 
     def upload(self, rnd: int, client: int, state: State, job: Any = None) -> State:
         sent = super().upload(rnd, client, state, job)
@@ -377,10 +263,7 @@ class FedCMD(Algorithm):
         self, rnd: int, uploads: dict[int, State], weights: dict[int, float]
     ) -> None:
         clients = sorted(uploads)
-        votes = [self._votes.pop(c) for c in clients if c in self._votes]
-        self._round_votes = dict(Counter(votes))
-        if votes:
-            self.round_winners.append(majority(votes, list(self.candidates)))
+        self.votes.close_round(clients)
         keys = list(uploads[clients[0]])
         store = self.ctx.store
         if self.options.switch("phase1_weights") == "data_size":
@@ -394,9 +277,9 @@ class FedCMD(Algorithm):
             states = [self.latest_models.get(c, store.global_state) for c in range(n)]
             mixed = weighted_average(states, [1.0] * n, keys)
         store.global_state.update(mixed)
-        if rnd + 1 >= self.selection_rounds and self.round_winners:
+        if rnd + 1 >= self.selection_rounds and self.votes.winners:
             self.latest_models.clear()
-            self._fix(majority(self.round_winners, list(self.candidates)))
+            self._fix(self.votes.choice())
 
     def _aggregate_personalized(self, uploads: dict[int, State], weights: dict[int, float]) -> None:
         store = self.ctx.store
@@ -436,19 +319,13 @@ class FedCMD(Algorithm):
 
     # -------------------------------------------------------------- reporting
     def round_metrics(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"fedcmd_layer": self.layer}
-        if self._round_votes:
-            row["fedcmd_votes"] = self._round_votes
-            row["fedcmd_round_winner"] = self.round_winners[-1]
-            self._round_votes = {}
-        return row
+        return {"fedcmd_layer": self.layer, **self.votes.round_metrics("fedcmd")}
 
     def summary_values(self) -> dict[str, Any]:
-        counts = Counter(self.round_winners)
         return {
             "layer": self.layer,
             "selection_rounds": self.selection_rounds,
-            "round_winner_counts": {c: counts.get(c, 0) for c in self.candidates},
+            "round_winner_counts": self.votes.counts(),
             "variant": self.options.variant,
             "similarity": similarity_statistics(self.mixer.matrix, self.options.switch("phi_norm")),
         }
