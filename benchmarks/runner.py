@@ -162,6 +162,47 @@ def run_missing(
     print(f"wall time {time.time() - t0:.0f} s", file=sys.stderr)
 
 
+def metric_rows(run_dir: Path) -> list[dict]:
+    """Every row of a finished run's ``metrics.jsonl``."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def save_record(records: Path, name: str, summary: dict, rounds: list[dict]) -> None:
+    """Write run ``name``'s record (its summary and the per-round values kept) to ``records``."""
+    records.mkdir(exist_ok=True)
+    text = json.dumps({"run": name, "summary": summary, "rounds": rounds}, indent=1)
+    (records / f"{name}.json").write_text(text + "\n")
+
+
+def load_record(records: Path, name: str) -> dict | None:
+    """Run ``name``'s record in ``records``, or None when it has none yet."""
+    path = records / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def reproduce(
+    doc: str,
+    experiments: dict[str, list[tuple]],
+    job: Callable[[str, tuple, argparse.Namespace], Job],
+    load: Callable[[str], dict | None],
+    record: Callable[[str, dict, Path], None],
+    report: Callable[[], str],
+    out: Path,
+) -> None:
+    """A reproduction script's ``main``: the shared command line, then the selected runs whose
+    record is missing run (or resume), then the tables from the records. ``job(name, entry,
+    args)`` makes one run's :class:`Job` from its experiment entry (config first)."""
+    ap = reproduction_parser(doc, list(experiments))
+    ap.add_argument("--out", default=str(out))
+    args = ap.parse_args()
+    if not args.report:
+        runs = selected_runs(ap, args, experiments)
+        run_missing(
+            [job(name, entry, args) for name, entry in runs.items()], load, record, args.jobs
+        )
+    print(report())
+
+
 def run_jobs(jobs: Sequence[Job], parallel: int) -> list[dict]:
     """Run ``jobs``, ``parallel`` at a time (one torch thread each); summaries in job order."""
     with ThreadPoolExecutor(max(1, parallel)) as pool:

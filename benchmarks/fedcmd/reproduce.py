@@ -16,13 +16,21 @@ training, averaged over the last 10 rounds (spec fedcmd.md §2.5 item 14).
 
 from __future__ import annotations
 
-import json
+import argparse
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runner import ROOT, Job, mean_std, reproduction_parser, run_missing, selected_runs  # noqa: E402
+from runner import (  # noqa: E402
+    ROOT,
+    Job,
+    load_record,
+    mean_std,
+    metric_rows,
+    reproduce,
+    save_record,
+)
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "results"
@@ -128,7 +136,6 @@ def experiments() -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
 
 def record(name: str, summary: dict, run_dir: Path) -> None:
     """Keep what the tables need from a finished run (the run directory itself is not kept)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     keep = (
         "round",
         "participants_accuracy_before",
@@ -139,15 +146,12 @@ def record(name: str, summary: dict, run_dir: Path) -> None:
         "fedcmd_votes",
         "fedcmd_round_winner",
     )
-    per_round = [{k: r[k] for k in keep if k in r} for r in rows if "stage" not in r]
-    RECORDS.mkdir(exist_ok=True)
-    text = json.dumps({"run": name, "summary": summary, "rounds": per_round}, indent=1)
-    (RECORDS / f"{name}.json").write_text(text + "\n")
+    rows = [{k: r[k] for k in keep if k in r} for r in metric_rows(run_dir) if "stage" not in r]
+    save_record(RECORDS, name, summary, rows)
 
 
 def load(name: str) -> dict | None:
-    path = RECORDS / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return load_record(RECORDS, name)
 
 
 def metric(rec: dict | None) -> float | None:
@@ -332,23 +336,18 @@ def report_table8() -> list[str]:
     return lines
 
 
+def job(name: str, entry: tuple, args: argparse.Namespace) -> Job:
+    config, dataset, overrides = entry
+    return Job(
+        name,
+        ROOT / "configs/fedcmd" / f"{config}.yaml",
+        Path(args.out) / name,
+        (f"dataset.name={dataset}", f"dataset.root={args.data_root}", *overrides),
+    )
+
+
 def main() -> None:
-    ap = reproduction_parser(__doc__, list(experiments()))
-    ap.add_argument("--out", default=str(HERE / "runs"))
-    args = ap.parse_args()
-    if not args.report:
-        runs = selected_runs(ap, args, experiments())
-        jobs = [
-            Job(
-                name,
-                ROOT / "configs/fedcmd" / f"{config}.yaml",
-                Path(args.out) / name,
-                (f"dataset.name={dataset}", f"dataset.root={args.data_root}", *overrides),
-            )
-            for name, (config, dataset, overrides) in runs.items()
-        ]
-        run_missing(jobs, load, record, args.jobs)
-    print(report())
+    reproduce(__doc__, experiments(), job, load, record, report, HERE / "runs")
 
 
 if __name__ == "__main__":

@@ -15,13 +15,21 @@ the model's parameter counts and the methods' schedules.
 
 from __future__ import annotations
 
-import json
+import argparse
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runner import ROOT, Job, pct, reproduction_parser, run_missing, selected_runs  # noqa: E402
+from runner import (  # noqa: E402
+    ROOT,
+    Job,
+    load_record,
+    metric_rows,
+    pct,
+    reproduce,
+    save_record,
+)
 
 from fedpart.algorithms.fedseqlayer import unfrozen_blocks
 from fedpart.engine.cost import paper_cost_proxy, trainable_parameters
@@ -73,15 +81,11 @@ def experiments() -> dict[str, list[tuple[str, str, tuple]]]:
 
 def record(name: str, summary: dict, run_dir: Path) -> None:
     """Keep the run's summary and every round's metrics (the run directory itself is not kept)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    RECORDS.mkdir(exist_ok=True)
-    text = json.dumps({"run": name, "summary": summary, "rounds": rows}, indent=1)
-    (RECORDS / f"{name}.json").write_text(text + "\n")
+    save_record(RECORDS, name, summary, metric_rows(run_dir))
 
 
 def load(name: str) -> dict | None:
-    path = RECORDS / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return load_record(RECORDS, name)
 
 
 def accuracy_table(rounds: int) -> str:
@@ -140,23 +144,18 @@ def report() -> str:
     )
 
 
+def job(name: str, entry: tuple, args: argparse.Namespace) -> Job:
+    config, overrides = entry
+    return Job(
+        name,
+        ROOT / "configs/centralized" / f"{config}.yaml",
+        Path(args.out) / name,
+        (*overrides, f"dataset.root={args.data_root}"),
+    )
+
+
 def main() -> None:
-    ap = reproduction_parser(__doc__, list(experiments()))
-    ap.add_argument("--out", default=str(HERE / "runs"))
-    args = ap.parse_args()
-    if not args.report:
-        runs = selected_runs(ap, args, experiments())
-        jobs = [
-            Job(
-                name,
-                ROOT / "configs/centralized" / f"{config}.yaml",
-                Path(args.out) / name,
-                (*overrides, f"dataset.root={args.data_root}"),
-            )
-            for name, (config, overrides) in runs.items()
-        ]
-        run_missing(jobs, load, record, args.jobs)
-    print(report())
+    reproduce(__doc__, experiments(), job, load, record, report, HERE / "runs")
 
 
 if __name__ == "__main__":
