@@ -6,9 +6,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
 
-from fedpart.errors import FedpartError
+from fedpart.errors import FedpartError, OneLineParser
+from fedpart.errors import one_line as _one_line
 
 
 def _split_args(config: str | None, rest: list[str]) -> tuple[str | None, list[str]]:
@@ -295,19 +295,6 @@ def cmd_cost(args: argparse.Namespace) -> int:
     )
     print("\n".join(cost_lines(req)))
     return 0
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with its usage errors as one line and exit code 2, like every other error."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {self.prog}: {_one_line(message)} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _one_line(text: str) -> str:
-    """``text`` with line breaks escaped, so an error stays one line whatever it quotes."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _report(exc: BaseException) -> int:

@@ -3,7 +3,7 @@
 :func:`fedpart.bench.harness.main` is the entry point (``main(argv) -> int``);
 :func:`fedpart.bench.harness.run_bench` returns the measurements as data;
 :mod:`fedpart.bench.naive` holds the baselines (the library-style loop and the centralized
-ceiling). Imported lazily so that ``python -m fedpart.bench.harness`` runs cleanly.
+ceiling). Imported lazily; ``python -m fedpart.bench`` is ``fedpart bench``.
 """
 
 from typing import Any

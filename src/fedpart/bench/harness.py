@@ -1364,7 +1364,7 @@ def _non_negative(text: str) -> int:
 
 
 def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
-    from fedpart.cli import OneLineParser  # usage errors as one line, like every fedpart error
+    from fedpart.errors import OneLineParser  # usage errors as one line, like every fedpart error
 
     p = OneLineParser(
         prog=prog,
@@ -1578,9 +1578,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(report)
     return 0
-
-
-if __name__ == "__main__":  # through the command line: errors as one line, exit code 2
-    from fedpart.cli import main as cli_main
-
-    raise SystemExit(cli_main(["bench", *sys.argv[1:]]))
