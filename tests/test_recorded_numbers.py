@@ -27,8 +27,8 @@ Pages covered (the cheapest recorded run of each: smallest model, least work per
 - ``fedseqlayer.md``: ``benchmarks/fedseqlayer/results/T100-fedrep-seed0.json``, rounds 0-2
   (FedRep, the page's cheapest run; every round evaluates all 100 clients).
 - ``sanity.md``: the global test accuracy after round 1 of its MNIST command, as the page prints
-  it (one round of that run — the full-width FedAvgCNN over 60,000 images — takes 40-80 s of
-  one core on the 2-core AMD EPYC development machine).
+  it (one round of that run — the full-width FedAvgCNN over 60,000 images — took 78-118 s on
+  the 2-core AMD EPYC development machine with other runs sharing its cores).
 
 Pages not covered, and why:
 
