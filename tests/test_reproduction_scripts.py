@@ -115,3 +115,28 @@ def test_a_job_that_extends_a_finished_run_ends_as_the_longer_run(tiny_cfg, tmp_
 
     assert len(ext) == len(fresh) > len(before.splitlines())
     assert numbers(ext) == numbers(fresh)
+
+
+def test_decentralized_claim_verdicts_and_rerecord(tmp_path, monkeypatch):
+    dec = _load("benchmarks/decentralized/reproduce.py")
+    # beyond the spread (std a + std b = 2), inside it, and reversed
+    assert dec.verdict([90.0, 91.0, 92.0], [85.0, 86.0, 87.0]) == (5.0, "holds")
+    assert dec.verdict([90.0, 91.0, 92.0], [89.0, 90.0, 91.0])[1] == "within the seed spread"
+    assert dec.verdict([80.0, 81.0, 82.0], [85.0, 86.0, 87.0])[1] == "reversed"
+    # re-recording adds the newly kept keys and keeps every value the record held
+    records, runs = tmp_path / "results", tmp_path / "runs"
+    records.mkdir()
+    (runs / "r").mkdir(parents=True)
+    rows = [{"round": i, "accuracy": 0.5 + i / 10, "mu_min": 0.9, "mu_max": 1.1} for i in range(2)]
+    (runs / "r" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    old = [{"round": r["round"], "accuracy": r["accuracy"]} for r in rows]
+    (records / "r.json").write_text(json.dumps({"run": "r", "summary": {}, "rounds": old}))
+    (records / "pilot.json").write_text(json.dumps({"rounds": []}))  # a pilot: left alone
+    monkeypatch.setattr(dec, "RECORDS", records)
+    dec.rerecord(runs)
+    assert json.loads((records / "r.json").read_text())["rounds"] == rows
+    # a run directory that disagrees with its record leaves the record as it is
+    changed = [dict(r, accuracy=0.0) for r in rows]
+    (runs / "r" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in changed) + "\n")
+    dec.rerecord(runs)
+    assert json.loads((records / "r.json").read_text())["rounds"] == rows
