@@ -320,18 +320,27 @@ def report_table8() -> list[str]:
     lines.append("| --- | --- |")
     for layer in TABLE2:
         lines.append(f"| {layer} | {cell(metric(load(f'fedcmd-fixed-{layer}-a1-fmnist')))} |")
-    lines.append("\n### α = 1.0: the layer FedCMD selected (round winners)\n")
-    lines.append("| run | l* | round winners |")
-    lines.append("| --- | --- | --- |")
+    lines.append(
+        "\n### α = 1.0: the layer FedCMD selected (round winners), and how far Eq. 7's weights "
+        "are from a plain mean (total-variation distance from uniform, median / max over "
+        "clients; measured Φ_ij range)\n"
+    )
+    lines.append("| run | l* | round winners | TV from uniform | Φ_ij |")
+    lines.append("| --- | --- | --- | --- | --- |")
     for label in ("FedCMD", "FedCMD (code variant)"):
         for d in ("mnist", "fmnist"):
             for seed in TABLE8_SEEDS:
                 name = table8_name(label, d, seed)
                 rec = load(name)
                 values = {} if rec is None else rec["summary"].get("fedcmd", {})
+                sim = values.get("similarity")
+                tv = phi = "—"
+                if sim:
+                    tv = f"{sim['tv_from_uniform_median']:.4f} / {sim['tv_from_uniform_max']:.4f}"
+                    phi = f"{sim['phi_min']:.4g} – {sim['phi_max']:.4g}"
                 lines.append(
                     f"| {name} | {values.get('layer', '—')} | "
-                    f"{values.get('round_winner_counts', '—')} |"
+                    f"{values.get('round_winner_counts', '—')} | {tv} | {phi} |"
                 )
     return lines
 
