@@ -29,6 +29,17 @@ def test_no_engine_module_imports_the_methods():
         assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
+def test_the_layers_below_the_engine_do_not_import_it():
+    """Configuration, topologies, data, models, tracking and the seeded streams sit below the
+    engine (the engine uses them, never the other way)."""
+    below = [SRC / "config.py", SRC / "seeding.py", SRC / "errors.py", SRC / "registry.py"]
+    for folder in ("topology", "data", "models", "tracking"):
+        below += sorted((SRC / folder).glob("*.py"))
+    for path in below:
+        bad = {m for m in imported_modules(path) if m.split(".")[:2] == ["fedpart", "engine"]}
+        assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}"
+
+
 def test_no_method_file_names_the_simulation():
     for path in sorted((SRC / "algorithms").glob("*.py")):
         tree = ast.parse(path.read_text())

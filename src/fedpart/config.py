@@ -683,10 +683,12 @@ def _check_client_faults(cfg: Config, setting: str) -> None:
         )
 
 
+#: the capacity profiles :func:`fedpart.engine.capacity.capacities` knows
+CAPACITY_KINDS = ("ideal", "uniform", "uniform_random", "list")
+
+
 def _check_capacity(cfg: Config) -> None:
     """``federation.capacity``, ``capacity_values`` and ``p_min``."""
-    from fedpart.engine.capacity import CAPACITY_KINDS
-
     f = cfg.federation
     _choice("federation.capacity", f.capacity, CAPACITY_KINDS, "capacity profile")
     _range("federation.p_min", f.p_min, 0.0, 1.0, lo_open=True)

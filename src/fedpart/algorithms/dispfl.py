@@ -52,8 +52,8 @@ from fedpart.algorithms.registry import register
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import Recipe, cross_entropy
-from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import TrainResult, batch_slices
+from fedpart.seeding import torch_generator
 from fedpart.topology import Graph
 
 #: sub-streams of the ``(seed, "algorithm", ...)`` seeds

@@ -15,8 +15,8 @@ from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import fraction, option
 from fedpart.engine.recipe import Recipe
-from fedpart.engine.seeding import torch_generator
 from fedpart.models.width import model_index_sets, slice_state
+from fedpart.seeding import torch_generator
 
 #: the ``algorithm`` seed stream's sub-key of Fjord's width draws
 _WIDTH_DRAWS = 1

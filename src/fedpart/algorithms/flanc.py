@@ -16,11 +16,11 @@ from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
-from fedpart.engine.seeding import torch_generator
 from fedpart.errors import ConfigError
 from fedpart.models.base import BlockModel
 from fedpart.models.factorized import FactorizedCNN
 from fedpart.models.width import slice_state
+from fedpart.seeding import torch_generator
 
 BASIS_INITS = ("orthonormal", "scaled")
 #: the ``algorithm`` seed stream of the orthonormal basis initialisation

@@ -13,8 +13,8 @@ import torch
 
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.recipe import Recipe
-from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import TrainResult, train_client
+from fedpart.seeding import torch_generator
 
 if TYPE_CHECKING:
     from fedpart.engine.context import MethodContext

@@ -36,7 +36,6 @@ from fedpart.engine.hypernetwork import (
     step_on_uploads,
 )
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
-from fedpart.engine.seeding import torch_generator
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
 from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
@@ -47,6 +46,7 @@ from fedpart.models.factorized import (
     offdiagonal_gram_penalty,
 )
 from fedpart.models.width import holder_average
+from fedpart.seeding import torch_generator
 
 State = dict[str, torch.Tensor]
 TEST_MODELS = ("search", "received", "trained")

@@ -36,8 +36,8 @@ from fedpart.engine.decentralized import keys_bytes
 from fedpart.engine.functional import call_method, features
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
-from fedpart.engine.seeding import numpy_rng
 from fedpart.errors import ConfigError
+from fedpart.seeding import numpy_rng
 from fedpart.topology import Graph
 
 EPS = 1e-12

@@ -39,9 +39,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fedpart.config import Config
 from fedpart.engine.data import FederatedData
-from fedpart.engine.seeding import seed_for
 from fedpart.engine.simulation import channels_last, sample_clients
 from fedpart.models import BlockModel, build_model
+from fedpart.seeding import seed_for
 from fedpart.topology import Topology
 
 __all__ = [

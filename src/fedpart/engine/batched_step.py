@@ -19,9 +19,9 @@ from torch.func import functional_call, grad, vmap
 
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Phase, Recipe
-from fedpart.engine.seeding import torch_generator
 from fedpart.engine.training import TrainSettings, batch_slices
 from fedpart.models import BlockModel
+from fedpart.seeding import torch_generator
 
 __all__ = [
     "client_batches",

@@ -18,11 +18,11 @@ from fedpart.data.sources import load_dataset
 from fedpart.engine.capacity import CapacityProfile, capacity_profile, narrow_for_capacity
 from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.engine.placement import configure_device, eval_batch_size
-from fedpart.engine.seeding import seed_for
 from fedpart.engine.store import ClientStateStore
 from fedpart.errors import FedpartError
 from fedpart.models import BlockModel, build_model
 from fedpart.registry import methods
+from fedpart.seeding import seed_for
 from fedpart.topology import Topology, build_topology
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
+from fedpart.config import CAPACITY_KINDS
 from fedpart.errors import FedpartError
 
 __all__ = [
@@ -36,9 +37,6 @@ __all__ = [
 
 #: Pa3dFL's systemic constraint σ (App. A, Fig. 4): the smallest width is 1/16
 DEFAULT_P_MIN = 1.0 / 16.0
-
-#: the capacity profiles :func:`capacities` knows
-CAPACITY_KINDS = ("ideal", "uniform", "uniform_random", "list")
 
 # Widths are computed in floating point; without this slack √(1/4) / (1/16) could floor to 7.
 _EPS = 1e-9
@@ -181,7 +179,7 @@ def capacity_profile(
 ) -> CapacityProfile:
     """The profile of ``federation.capacity``: capacities drawn from the run's ``capacity``
     stream (the same for every method of a seed), widths by :func:`width_of`."""
-    from fedpart.engine.seeding import numpy_rng  # noqa: PLC0415 - keeps this module standalone
+    from fedpart.seeding import numpy_rng  # noqa: PLC0415 - keeps this module standalone
 
     rng = numpy_rng(seed, "capacity") if kind in ("uniform", "uniform_random") else None
     r = capacities(kind, num_clients, rng, values=list(values) if kind == "list" else None)

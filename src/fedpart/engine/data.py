@@ -11,8 +11,8 @@ from fedpart.config import Config
 from fedpart.data.partition import assign_test_like_train, partition, split_clients
 from fedpart.data.sources import DatasetBundle
 from fedpart.data.transforms import prepare_batch
-from fedpart.engine.seeding import numpy_rng
 from fedpart.errors import ConfigError
+from fedpart.seeding import numpy_rng
 
 
 @dataclass

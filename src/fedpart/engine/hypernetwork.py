@@ -43,8 +43,8 @@ from fedpart.engine.hypernetwork_model import (
     HyperNetwork,
 )
 from fedpart.engine.hypernetwork_step import HyperStep, hn_metrics, hypernetwork_step
-from fedpart.engine.seeding import seed_for
 from fedpart.models.width import IndexSets
+from fedpart.seeding import seed_for
 
 __all__ = [
     "HyperNetwork",

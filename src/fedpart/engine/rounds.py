@@ -19,10 +19,10 @@ from fedpart.engine.backends import Backend
 from fedpart.engine.cost import MacCounter
 from fedpart.engine.decentralized import Exchange
 from fedpart.engine.mixing import tensor_bytes
-from fedpart.engine.seeding import numpy_rng
 from fedpart.engine.training import TrainResult, TrainSettings
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
+from fedpart.seeding import numpy_rng
 
 State = dict[str, torch.Tensor]
 #: a straggler's upload and its weight, applied in the next round

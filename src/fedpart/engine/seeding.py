@@ -1,43 +1,6 @@
-"""Counter-based seeds: every random draw is keyed by (run seed, purpose, round, client).
+"""Moved to :mod:`fedpart.seeding` (below every other layer: topology and data draw from it too);
+re-exported here for code that imports it from the engine."""
 
-Nothing depends on how many numbers were drawn before, so a resumed run and an uninterrupted
-one, or the sequential and a batched backend, draw exactly the same partition, clients, batches
-and augmentations.
-"""
+from fedpart.seeding import PURPOSES, numpy_rng, seed_for, torch_generator
 
-from __future__ import annotations
-
-import numpy as np
-import torch
-
-PURPOSES = {
-    "partition": 1,
-    "split": 2,
-    "sample_clients": 3,
-    "batches": 4,
-    "augment": 5,
-    "init": 6,
-    "algorithm": 7,
-    "topology": 8,
-    "capacity": 10,
-    "client_failure": 9,
-    "pool": 11,
-}
-
-
-def seed_for(seed: int, purpose: str, *keys: int) -> int:
-    """A 63-bit seed derived from the run seed, a purpose name and integer keys."""
-    ss = np.random.SeedSequence(entropy=int(seed), spawn_key=(PURPOSES[purpose], *map(int, keys)))
-    return int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def numpy_rng(seed: int, purpose: str, *keys: int) -> np.random.Generator:
-    """A numpy generator for one (purpose, keys) stream."""
-    return np.random.default_rng(seed_for(seed, purpose, *keys))
-
-
-def torch_generator(seed: int, purpose: str, *keys: int) -> torch.Generator:
-    """A CPU torch generator for one (purpose, keys) stream."""
-    g = torch.Generator()
-    g.manual_seed(seed_for(seed, purpose, *keys))
-    return g
+__all__ = ["PURPOSES", "numpy_rng", "seed_for", "torch_generator"]

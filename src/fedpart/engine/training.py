@@ -17,9 +17,9 @@ from torch.func import functional_call
 from fedpart.engine.data import FederatedData
 from fedpart.engine.functional import classify, features
 from fedpart.engine.recipe import Recipe
-from fedpart.engine.seeding import torch_generator
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
+from fedpart.seeding import torch_generator
 
 State = dict[str, torch.Tensor]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedpart.engine.seeding import numpy_rng
 from fedpart.errors import ConfigError
+from fedpart.seeding import numpy_rng
 
 WEIGHTS: dict[str, str] = {
     "uniform": "receiver averages itself and its in-neighbours equally (row-stochastic)",
