@@ -17,6 +17,7 @@ training, averaged over the last 10 rounds (spec fedcmd.md §2.5 item 14).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -304,6 +305,28 @@ def report_table8() -> list[str]:
             lines.append(
                 f"| {label} | {title} | {mean_std(got)} | {each} | {paper_cell} | {gap_cell} |"
             )
+    lines.append(
+        "\n### How much the metric moves (Table VIII runs and the α = 1.0 fixed-layer rows): "
+        "range of the 10-round means ending at rounds 150–200 (✓: the paper's number lies "
+        "inside it) and the per-round standard deviation over the last 10 rounds (points)\n"
+    )
+    lines.append("| run | range | std |")
+    lines.append("| --- | --- | --- |")
+    for d in ("mnist", "fmnist"):
+        for label, (_, _, p_m, p_f) in TABLE8.items():
+            paper = p_m if d == "mnist" else p_f
+            for seed in TABLE8_SEEDS:
+                name = table8_name(label, d, seed)
+                rec = load(name)
+                if rec is not None:
+                    lines.append(
+                        f"| {name} | {spread(rec, math.nan if paper is None else paper)} |"
+                    )
+    for layer in TABLE2:
+        name = f"fedcmd-fixed-{layer}-a1-fmnist"
+        rec = load(name)
+        if rec is not None:
+            lines.append(f"| {name} | {spread(rec, TABLE8['FedCMD'][3])} (paper: FedCMD's) |")
     lines.append("\n### Table VI (α = 0.1) headline cells over three seeds (%)\n")
     lines.append("| method | dataset | mean ± std | seeds | paper |")
     lines.append("| --- | --- | --- | --- | --- |")
