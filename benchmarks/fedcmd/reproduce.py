@@ -125,11 +125,12 @@ def experiments() -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
     ]
     out["table2-a1"] = [
         (
-            f"fedcmd-fixed-{layer}-a1-fmnist",
+            f"fedcmd-fixed-{layer}-a1-{d}",
             "fedcmd",
-            "fmnist",
+            d,
             ("partition.alpha=1.0", f"algorithm.personal_layer={layer}"),
         )
+        for d in ("fmnist", "mnist")
         for layer in TABLE2
     ]
     return out
@@ -322,11 +323,12 @@ def report_table8() -> list[str]:
                     lines.append(
                         f"| {name} | {spread(rec, math.nan if paper is None else paper)} |"
                     )
-    for layer in TABLE2:
-        name = f"fedcmd-fixed-{layer}-a1-fmnist"
-        rec = load(name)
-        if rec is not None:
-            lines.append(f"| {name} | {spread(rec, TABLE8['FedCMD'][3])} (paper: FedCMD's) |")
+    for d, paper in (("mnist", TABLE8["FedCMD"][2]), ("fmnist", TABLE8["FedCMD"][3])):
+        for layer in TABLE2:
+            name = f"fedcmd-fixed-{layer}-a1-{d}"
+            rec = load(name)
+            if rec is not None:
+                lines.append(f"| {name} | {spread(rec, paper)} (paper: FedCMD's) |")
     lines.append("\n### Table VI (α = 0.1) headline cells over three seeds (%)\n")
     lines.append("| method | dataset | mean ± std | seeds | paper |")
     lines.append("| --- | --- | --- | --- | --- |")
@@ -338,11 +340,12 @@ def report_table8() -> list[str]:
             each = ", ".join(f"{s}: {cell(v)}" for s, v in values.items())
             paper = paper6[config][0 if d == "mnist" else 1]
             lines.append(f"| {config} | {title} | {mean_std(got)} | {each} | {paper:.3f} |")
-    lines.append("\n### α = 1.0, Fashion-MNIST: fixed personalized layer (seed 42)\n")
-    lines.append("| personalized layer | ours |")
-    lines.append("| --- | --- |")
+    lines.append("\n### α = 1.0: fixed personalized layer (seed 42)\n")
+    lines.append("| personalized layer | MNIST | FMNIST |")
+    lines.append("| --- | --- | --- |")
     for layer in TABLE2:
-        lines.append(f"| {layer} | {cell(metric(load(f'fedcmd-fixed-{layer}-a1-fmnist')))} |")
+        m, f = (metric(load(f"fedcmd-fixed-{layer}-a1-{d}")) for d in ("mnist", "fmnist"))
+        lines.append(f"| {layer} | {cell(m)} | {cell(f)} |")
     lines.append(
         "\n### α = 1.0: the layer FedCMD selected (round winners), and how far Eq. 7's weights "
         "are from a plain mean (total-variation distance from uniform, median / max over "
