@@ -391,6 +391,10 @@ def report_dfedpgp() -> str:
         )
         out += _rows("dfedpgp", part, DFEDPGP_METHODS, i)
         out.append("")
+    out.append(
+        "FedBABU's *best* is over its rounds before the fine-tuning that gives its final "
+        "number (each round evaluates the federated model with the random head).\n"
+    )
     out += _claims()
     return "\n".join(out)
 
