@@ -393,7 +393,8 @@ def report_dfedpgp() -> str:
         out.append("")
     out.append(
         "FedBABU's *best* is over its rounds before the fine-tuning that gives its final "
-        "number (each round evaluates the federated model with the random head).\n"
+        "number (each round evaluates the federated model, its head fixed at its random "
+        "initialisation).\n"
     )
     out += _claims()
     return "\n".join(out)
