@@ -511,12 +511,16 @@ def _claims() -> list[str]:
 
 
 def _mu_range() -> list[str]:
-    """Push-sum weights μ_i over the run (the de-biasing DFedPGP and OSGP rely on)."""
+    """Push-sum weights μ_i over the run (the de-biasing DFedPGP and OSGP rely on). μ follows
+    the graph alone (μ ← P μ), so runs on the same graph and seed share one row."""
     lines = [
-        "### Push-sum weights μ_i (min – max over clients; μ ≡ 1 would make de-biasing a no-op)\n",
-        "| run | round 0 | round 9 | round 49 | round 99 |",
+        "### Push-sum weights μ_i (min – max over clients; μ ≡ 1 would make de-biasing a "
+        "no-op; μ depends only on the round's graphs, so the runs on one graph and seed share "
+        "a row)\n",
+        "| runs | round 0 | round 9 | round 49 | round 99 |",
         "| --- | --- | --- | --- | --- |",
     ]
+    rows: dict[tuple[str, ...], list[str]] = {}
     for stem in ("osgp", "osgp-exp", "dfedpgp"):
         for part in DFEDPGP_PARTITIONS:
             for s in SEEDS:
@@ -524,11 +528,13 @@ def _mu_range() -> list[str]:
                 if rec is None or "failed" in rec or "mu_min" not in rec["rounds"][0]:
                     continue
                 by = {r["round"]: r for r in rec["rounds"]}
-                cells = [
+                cells = tuple(
                     f"{by[i]['mu_min']:.3f} – {by[i]['mu_max']:.3f}" if i in by else "—"
                     for i in (0, 9, 49, 99)
-                ]
-                lines.append(f"| {rec['run']} | " + " | ".join(cells) + " |")
+                )
+                rows.setdefault(cells, []).append(rec["run"])
+    for cells, runs in rows.items():
+        lines.append(f"| {', '.join(runs)} | " + " | ".join(cells) + " |")
     return lines
 
 
