@@ -329,6 +329,7 @@ def report_table8() -> list[str]:
             rec = load(name)
             if rec is not None:
                 lines.append(f"| {name} | {spread(rec, paper)} (paper: FedCMD's) |")
+    lines += report_vote_sequences()
     lines.append("\n### Table VI (α = 0.1) headline cells over three seeds (%)\n")
     lines.append("| method | dataset | mean ± std | seeds | paper |")
     lines.append("| --- | --- | --- | --- | --- |")
@@ -368,6 +369,42 @@ def report_table8() -> list[str]:
                     f"| {name} | {values.get('layer', '—')} | "
                     f"{values.get('round_winner_counts', '—')} | {tv} | {phi} |"
                 )
+    return lines
+
+
+#: one character per round winner in :func:`report_vote_sequences`
+WINNER_MARK = {"fc1": "1", "fc2": "2", "classifier": "c"}
+
+
+def report_vote_sequences() -> list[str]:
+    """Each selection round's winner, in order, for every recorded run with a selection phase:
+    when the vote moves from one layer to another."""
+    lines = [
+        "\n### The vote round by round: each selection round's winner (2 = fc2, 1 = fc1, "
+        "c = classifier), and the first round fc1 won\n",
+        "| run | α | winners, round 0 onwards | first fc1 win | l* |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    names = [f"fedcmd{v}-{d}" for v in ("", "-code") for d in DATASETS]
+    names += [f"fedcmd-kp{kp}-fmnist" for kp in TABLE9 if kp != 20]
+    names += [
+        table8_name(label, d, seed)
+        for label in ("FedCMD", "FedCMD (code variant)")
+        for d in ("mnist", "fmnist")
+        for seed in TABLE8_SEEDS
+    ]
+    for name in names:
+        rec = load(name)
+        if rec is None:
+            continue
+        winners = [r["fedcmd_round_winner"] for r in rec["rounds"] if r.get("fedcmd_round_winner")]
+        marks = "".join(WINNER_MARK.get(w, "?") for w in winners)
+        first = next((i for i, w in enumerate(winners) if w == "fc1"), None)
+        alpha = "1.0" if "-a1-" in name else "0.1"
+        layer = rec["summary"].get("fedcmd", {}).get("layer", "—")
+        lines.append(
+            f"| {name} | {alpha} | `{marks}` | {'—' if first is None else first} | {layer} |"
+        )
     return lines
 
 
