@@ -140,3 +140,30 @@ def test_decentralized_claim_verdicts_and_rerecord(tmp_path, monkeypatch):
     (runs / "r" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in changed) + "\n")
     dec.rerecord(runs)
     assert json.loads((records / "r.json").read_text())["rounds"] == rows
+
+
+def test_decentralized_claims_table_from_complete_records(monkeypatch):
+    dec = _load("benchmarks/decentralized/reproduce.py")
+    finals = {"dfedpgp": 90.0, "osgp": 80.0}  # every other method at 85
+
+    def fake_load(name):
+        stem, seed = name.split("-", 2)[2].rsplit("-seed", 1)
+        final = (finals.get(stem, 85.0) + int(seed) * 0.1) / 100
+        rounds = [{"round": 0, "accuracy": final, "mu_min": 0.5, "mu_max": 1.5}]
+        acc = {"final": final, "best": final + 0.01}
+        return {"run": name, "summary": {"accuracy": acc}, "rounds": rounds}
+
+    monkeypatch.setattr(dec, "load", fake_load)
+    rows = {
+        " ".join(line.split(" | ")[:2]): line for line in dec._claims() if line.count(" | ") > 2
+    }
+    top = rows["| DFedPGP above every other method (Table 1) Dir-0.3"]
+    assert "+5.00 (vs" in top and top.count("holds") == 2
+    assert (
+        "| +10.00 | holds | +10.00 | holds |"
+        in rows["| partial personalization helps, directed (Table 4: DFedPGP > OSGP) Pat-2"]
+    )
+    assert (
+        "reversed"
+        in rows["| directed communication helps, full model (Table 4: OSGP > DFedAvgM) Dir-0.3"]
+    )
