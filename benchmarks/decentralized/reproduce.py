@@ -230,10 +230,15 @@ KEEP = (
 )
 
 
+def kept_rounds(metrics: Path) -> list[dict]:
+    """The ``KEEP`` values of every round row of a run's ``metrics.jsonl``."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return [{k: r[k] for k in KEEP if k in r} for r in rows if "stage" not in r]
+
+
 def record(name: str, summary: dict, run_dir: Path) -> None:
     """Keep what the tables need from a finished run (the run directory itself is not kept)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    per_round = [{k: r[k] for k in KEEP if k in r} for r in rows if "stage" not in r]
+    per_round = kept_rounds(run_dir / "metrics.jsonl")
     RECORDS.mkdir(exist_ok=True)
     text = json.dumps({"run": name, "summary": summary, "rounds": per_round}, indent=1)
     (RECORDS / f"{name}.json").write_text(text + "\n")
@@ -249,8 +254,7 @@ def rerecord(out: Path) -> None:
         metrics = out / rec["run"] / "metrics.jsonl"
         if not metrics.is_file():
             continue
-        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-        per_round = [{k: r[k] for k in KEEP if k in r} for r in rows if "stage" not in r]
+        per_round = kept_rounds(metrics)
         old = rec["rounds"]
         same = len(old) == len(per_round) and all(
             all(new.get(k) == v for k, v in o.items())
