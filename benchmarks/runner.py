@@ -232,3 +232,15 @@ def mean_std(values: Sequence[float], digits: int = 3) -> str:
         return f"{values[0]:.{digits}f} (1 seed)"
     mean, std = statistics.mean(values), statistics.stdev(values)
     return f"{mean:.{digits}f} ± {std:.{digits}f} ({len(values)} seeds)"
+
+
+def verdict(a: Sequence[float], b: Sequence[float]) -> tuple[float, str]:
+    """Mean difference a − b (seeds of two runs) and whether it holds beyond the seed spread:
+    *holds* above std a + std b, *reversed* below minus that, else *within the seed spread*."""
+    diff = statistics.mean(a) - statistics.mean(b)
+    spread = statistics.stdev(a) + statistics.stdev(b)
+    if diff > spread:
+        return diff, "holds"
+    if diff < -spread:
+        return diff, "reversed"
+    return diff, "within the seed spread"

@@ -49,7 +49,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from choose_setting import CONFIGS, RECORDS, chosen_pool  # noqa: E402
-from runner import Job, mean_std, reproduction_parser, run_missing, selected_runs  # noqa: E402
+from runner import (  # noqa: E402
+    Job,
+    mean_std,
+    reproduction_parser,
+    run_missing,
+    selected_runs,
+    verdict,
+)
 
 HERE = Path(__file__).resolve().parent
 SEEDS = (0, 1, 2)
@@ -452,17 +459,6 @@ def _finals(part: str, stem: str, best: bool = False) -> list[float] | None:
         return None
     acc = [r["summary"]["accuracy"] for r in recs]
     return [100 * (max(a["best"], a["final"]) if best else a["final"]) for a in acc]
-
-
-def verdict(a: list[float], b: list[float]) -> tuple[float, str]:
-    """Mean difference a − b and whether it holds beyond the seed spread (std a + std b)."""
-    diff = statistics.mean(a) - statistics.mean(b)
-    spread = statistics.stdev(a) + statistics.stdev(b)
-    if diff > spread:
-        return diff, "holds"
-    if diff < -spread:
-        return diff, "reversed"
-    return diff, "within the seed spread"
 
 
 def _claims() -> list[str]:
