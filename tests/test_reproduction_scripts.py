@@ -205,3 +205,19 @@ def test_pa3dfl_five_epoch_tables_judge_pa3dfl_against_complete_rows(monkeypatch
     assert by_row["| pFedHN"] == "| pFedHN | — | — | row diverged |"
     assert by_row["| Ditto"].endswith("| one seed: no verdict |")
     assert any(line.startswith("| pa3dfl-e5now-hetero-seed0 | entropy | 1.500") for line in lines)
+
+
+def test_decentralized_report_names_runs_that_skipped_a_nonfinite_update(tmp_path, monkeypatch):
+    dec = _load("benchmarks/decentralized/reproduce.py")
+    rounds = [{"round": 0, "skipped_nonfinite": 0}, {"round": 1, "skipped_nonfinite": 2}]
+    (tmp_path / "dfedpgp-pat2-local-seed1.json").write_text(
+        json.dumps({"run": "dfedpgp-pat2-local-seed1", "rounds": rounds})
+    )
+    (tmp_path / "dfedpgp-pat2-fedavg-seed1.json").write_text(
+        json.dumps({"run": "dfedpgp-pat2-fedavg-seed1", "rounds": [{"round": 0}]})
+    )
+    monkeypatch.setattr(dec, "RECORDS", tmp_path)
+    assert "dfedpgp-pat2-local-seed1 (2 in round 1); every" in dec._skipped("dfedpgp")
+    assert "fedavg" not in dec._skipped("dfedpgp")
+    (tmp_path / "dfedpgp-pat2-local-seed1.json").unlink()
+    assert ": none; every other" in dec._skipped("dfedpgp")
