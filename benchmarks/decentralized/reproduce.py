@@ -427,10 +427,10 @@ def _skipped(study: str) -> str:
         if rounds:
             where = ", ".join(f"{n} in round {rnd}" for rnd, n in rounds)
             hits.append(f"{rec['run']} ({where})")
-    text = "; ".join(hits) if hits else "none"
+    text = "; ".join(hits) + "; every other recorded run: none" if hits else "no recorded run"
     return (
         "Client updates skipped for a non-finite training loss (the client keeps its model that "
-        f"round; `federation.on_nonfinite=skip_client`): {text}; every other recorded run: none."
+        f"round; `federation.on_nonfinite=skip_client`): {text}."
     )
 
 
