@@ -20,6 +20,7 @@ model it tests with (capacity-unaware methods: the p_min model).
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -397,7 +398,7 @@ def _nonfinite_rounds(rec: dict) -> int:
         1
         for r in rec["rounds"]
         if "train_loss" in r
-        and not (isinstance(r["train_loss"], float) and abs(r["train_loss"]) < float("inf"))
+        and (r["train_loss"] is None or not math.isfinite(float(r["train_loss"])))
     )
 
 
