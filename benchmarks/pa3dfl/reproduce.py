@@ -385,11 +385,11 @@ def e5_rows() -> list[tuple[str, str, tuple[int, ...]]]:
 
 def e5_values(stem: str, seeds: tuple[int, ...]) -> list[float | None | str]:
     """Each planned seed's final accuracy (%): None while not recorded, 'diverged' if it failed."""
-    out: list[float | None | str] = []
-    for seed in seeds:
-        rec = load(e5_name(stem, seed))
-        out.append("diverged" if rec is not None and "failed" in rec else final(rec))
-    return out
+    return [_e5_value(load(e5_name(stem, seed))) for seed in seeds]
+
+
+def _e5_value(rec: dict | None) -> float | None | str:
+    return "diverged" if rec is not None and "failed" in rec else final(rec)
 
 
 def _nonfinite_rounds(rec: dict) -> int:
@@ -416,7 +416,8 @@ def report_e5() -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for label, stem, seeds in e5_rows():
-        values = e5_values(stem, seeds)
+        recs = [load(e5_name(stem, s)) for s in seeds]
+        values = [_e5_value(rec) for rec in recs]
         cells = []
         for seed in E5_SEEDS:
             if seed not in seeds:
@@ -432,7 +433,6 @@ def report_e5() -> list[str]:
             cell = f"{mean:.2f} (1)" if done else "—"
         paper = E5_PAPER[stem]
         gap = f"{mean - paper:+.2f}" if mean is not None else "—"
-        recs = [load(e5_name(stem, s)) for s in seeds]
         bad = [_nonfinite_rounds(r) for r in recs if r is not None and "failed" not in r]
         nonfinite = str(sum(bad)) if bad else "—"
         lines.append(
