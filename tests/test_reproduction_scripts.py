@@ -221,3 +221,47 @@ def test_decentralized_report_names_runs_that_skipped_a_nonfinite_update(tmp_pat
     assert "fedavg" not in dec._skipped("dfedpgp")
     (tmp_path / "dfedpgp-pat2-local-seed1.json").unlink()
     assert dec._skipped("dfedpgp").endswith(": no recorded run.")
+
+
+def test_fedcmd_cells_to_explain_from_records(tmp_path, monkeypatch):
+    """The generated list names each α = 1.0 dataset where FedCMD's mean is not the highest (with
+    the methods above it, the seed verdict, its layers and the fixed-layer rows) and each cell
+    more than 2 points from the paper (with whether the paper's number lies in each seed's range
+    of 10-round means); cells within 2 points and datasets FedCMD leads are not listed."""
+    repro = _load("benchmarks/fedcmd/reproduce.py")
+    monkeypatch.setattr(repro, "RECORDS", tmp_path)
+
+    def write(name, last10, layer=None, per_round=None):
+        values = per_round or [last10] * 200
+        rounds = [{"participants_accuracy_before": v} for v in values]
+        summary = {"participants_accuracy_before": {"last10_mean": last10}}
+        if layer:
+            summary["fedcmd"] = {"layer": layer}
+        rec = {"run": name, "summary": summary, "rounds": rounds}
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec))
+
+    # FMNIST: FedCMD 0.87 / 0.88 (mean 87.5, paper 89.837: −2.34); pFedSim 0.89 / 0.90 above it
+    write("fedcmd-a1-fmnist-s42", 0.87, "fc1")
+    # seed 43 climbs from 88 % to 90 %: its 10-round means from round 150 on reach 89.95
+    write("fedcmd-a1-fmnist-s43", 0.88, "fc2", [0.88 + 0.02 * i / 199 for i in range(200)])
+    write("pfedsim-a1-fmnist-s42", 0.89)
+    write("pfedsim-a1-fmnist-s43", 0.90)
+    write("fedcmd-fixed-fc2-a1-fmnist", 0.885)
+    write("fedcmd-fixed-fc1-a1-fmnist", 0.86)
+    # MNIST: FedCMD leads and is within 2 points of the paper (98.271)
+    write("fedcmd-a1-mnist-s42", 0.975, "fc2")
+    write("fedavg-a1-mnist-s42", 0.97)
+    lines = repro.report_cells_to_explain()
+    text = "\n".join(lines)
+    assert "MNIST, α = 1.0: FedCMD" not in text.replace("FMNIST", "")
+    assert (
+        "- *FMNIST, α = 1.0: FedCMD 87.500 (2 seeds) is not the highest.* Above it: pFedSim "
+        "89.500 (+2.00, 2 seeds, holds). Layer kept local per seed: 42: fc1, 43: fc2. "
+        "Fixed-layer rows (seed 42): fc1 86.000, fc2 88.500, classifier — (best: fc2)."
+    ) in lines
+    assert (
+        "- *FedCMD, FMNIST, α = 1.0: 87.500 against the paper's 89.837 (-2.34, 2 seeds).* "
+        "The paper's number within the seed's range of 10-round means (rounds 150–200): "
+        "42 ✗, 43 ✓."
+    ) in lines
+    assert not any("pFedSim, FMNIST" in line for line in lines)  # 89.5: within 2 of 88.276
