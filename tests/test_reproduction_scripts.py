@@ -246,6 +246,10 @@ def test_fedcmd_cells_to_explain_from_records(tmp_path, monkeypatch):
     write("fedcmd-a1-fmnist-s43", 0.88, "fc2", [0.88 + 0.02 * i / 199 for i in range(200)])
     write("pfedsim-a1-fmnist-s42", 0.89)
     write("pfedsim-a1-fmnist-s43", 0.90)
+    # compared on the seeds both have: FedPer (seed 42 only) is above FedCMD's 87.0 there, though
+    # below FedCMD's two-seed mean; FedRep (seed 43 only) is below FedCMD's 88.0 there
+    write("fedper-a1-fmnist-s42", 0.872)
+    write("fedrep-a1-fmnist-s43", 0.876)
     write("fedcmd-fixed-fc2-a1-fmnist", 0.885)
     write("fedcmd-fixed-fc1-a1-fmnist", 0.86)
     # MNIST: FedCMD leads and is within 2 points of the paper (98.271)
@@ -256,7 +260,8 @@ def test_fedcmd_cells_to_explain_from_records(tmp_path, monkeypatch):
     assert "MNIST, α = 1.0: FedCMD" not in text.replace("FMNIST", "")
     assert (
         "- *FMNIST, α = 1.0: FedCMD 87.500 (2 seeds) is not the highest.* Above it: pFedSim "
-        "89.500 (+2.00, 2 seeds, holds). Layer kept local per seed: 42: fc1, 43: fc2. "
+        "89.500 (+2.00 on seeds 42, 43, holds); FedPer 87.200 (+0.20 on seed 42). "
+        "Layer kept local per seed: 42: fc1, 43: fc2. "
         "Fixed-layer rows (seed 42): fc1 86.000, fc2 88.500, classifier — (best: fc2)."
     ) in lines
     assert (

@@ -406,11 +406,13 @@ def report_cells_to_explain() -> list[str]:
         if not ours:
             continue
         mean = statistics.mean(ours.values())
-        above = [
-            (label, statistics.mean(v.values()), list(v.values()))
-            for label, v in values.items()
-            if label != "FedCMD" and v and statistics.mean(v.values()) > mean
-        ]
+        # each method against FedCMD on the seeds both have recorded
+        above = []
+        for label, v in values.items():
+            common = [seed for seed in v if seed in ours and label != "FedCMD"]
+            theirs, mine = [v[seed] for seed in common], [ours[seed] for seed in common]
+            if common and statistics.mean(theirs) > statistics.mean(mine):
+                above.append((label, common, theirs, mine))
         if not above:
             continue
         layers = ", ".join(
@@ -418,11 +420,14 @@ def report_cells_to_explain() -> list[str]:
             for s in ours
         )
         parts = []
-        for label, m, seeds in sorted(above, key=lambda x: -x[1]):
-            judged = ""
-            if len(seeds) > 1 and len(ours) > 1:
-                judged = f", {verdict(seeds, list(ours.values()))[1]}"
-            parts.append(f"{label} {m:.3f} ({m - mean:+.2f}, {_n_seeds(len(seeds))}{judged})")
+        for label, common, theirs, mine in sorted(above, key=lambda x: -statistics.mean(x[2])):
+            diff = statistics.mean(theirs) - statistics.mean(mine)
+            judged = f", {verdict(theirs, mine)[1]}" if len(common) > 1 else ""
+            where = ", ".join(str(seed) for seed in common)
+            parts.append(
+                f"{label} {statistics.mean(theirs):.3f} ({diff:+.2f} on seed"
+                f"{'s' if len(common) > 1 else ''} {where}{judged})"
+            )
         fixed = {layer: metric(load(f"fedcmd-fixed-{layer}-a1-{d}")) for layer in TABLE2}
         fixed_text = ", ".join(f"{k} {cell(v)}" for k, v in fixed.items())
         got = {k: v for k, v in fixed.items() if v is not None}
