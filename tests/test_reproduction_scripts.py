@@ -207,6 +207,42 @@ def test_pa3dfl_five_epoch_tables_judge_pa3dfl_against_complete_rows(monkeypatch
     assert any(line.startswith("| pa3dfl-e5now-hetero-seed0 | entropy | 1.500") for line in lines)
 
 
+def test_pa3dfl_five_epoch_paired_table_compares_the_same_clients(monkeypatch):
+    """Client by client over the seeds both runs have: per-group mean differences and counts,
+    computed by hand; a row whose capacities differ from Pa3dFL's is not paired."""
+    repro = _load("benchmarks/pa3dfl/reproduce.py")
+    capacity = [0.1, 0.2, 0.9, 1.0]
+    accuracy = {  # (stem, seed) -> each client's test accuracy
+        ("pa3dfl", 0): [0.5, 0.6, 0.9, 0.8],
+        ("pa3dfl", 1): [0.7, 0.7, 0.7, 0.7],
+        ("fedavg", 0): [0.6, 0.6, 0.8, 0.8],
+        ("fedavg", 1): [0.7, 0.5, 0.7, None],
+    }
+
+    def fake_load(name):
+        stem, seed = name.rsplit("-hetero-seed", 1)
+        stem = stem.removesuffix("-e5now").removesuffix("-e5")
+        acc = accuracy.get((stem, int(seed)))
+        if acc is None:
+            return None
+        clients = {
+            "accuracy": acc,
+            "capacity": capacity if stem != "fedrolex" else [1.0] * 4,
+            "capacity_groups": [0, 0, 1, 1],
+            "capacity_group_labels": ["low", "high"],
+        }
+        return {"run": name, "clients": clients}
+
+    accuracy[("fedrolex", 0)] = [0.0] * 4  # other capacities: not the same clients
+    monkeypatch.setattr(repro, "load", fake_load)
+    lines = repro.report_e5_paired()
+    rows = {line.split(" | ")[0]: line for line in lines if line.startswith("| ")}
+    # seed 0: -10, 0 | +10, 0; seed 1: 0, +20 | 0, (none): low +2.50, high +3.33, 2 above, 4 equal
+    assert rows["| FedAvg"] == "| FedAvg | 0, 1 | +2.50 | +3.33 | +2.86 | 2 / 1 / 4 |"
+    assert "| FedRolex" not in rows
+    assert "| HeteroFL, no Scaler" not in rows
+
+
 def test_decentralized_report_names_runs_that_skipped_a_nonfinite_update(tmp_path, monkeypatch):
     dec = _load("benchmarks/decentralized/reproduce.py")
     rounds = [{"round": 0, "skipped_nonfinite": 0}, {"round": 1, "skipped_nonfinite": 2}]

@@ -471,6 +471,7 @@ def report_e5() -> list[str]:
         else:
             judged = verdict(a, b)[1] if complete else "waits"
         lines.append(f"| {label} | {len(pairs)} | {diff:+.2f} | {judged} |")
+    lines += report_e5_paired()
     lines += [
         "\n### Pa3dFL's hyper-network after the last round (5 local epochs)\n",
         "Per layer: the attention's mean entropy (nats; a uniform row over 100 clients has "
@@ -507,6 +508,74 @@ def report_e5() -> list[str]:
                 name, alpha = "", ""
     if not header:
         lines.append("(no run recorded yet)")
+    return lines
+
+
+def paired_clients(ours: dict, theirs: dict) -> tuple[list[float], list[int], list[str]] | None:
+    """Per client, our test accuracy minus theirs (points), with each client's capacity group and
+    the group labels; None unless both records hold every client's accuracy under the same
+    capacities (the same seed gives both methods the same clients, splits and capacities)."""
+    a, b = ours.get("clients"), theirs.get("clients")
+    if not a or not b or a.get("capacity") != b.get("capacity"):
+        return None
+    if a.get("accuracy") is None or b.get("accuracy") is None:
+        return None
+    pairs = [
+        (100 * (x - y), g)
+        for x, y, g in zip(a["accuracy"], b["accuracy"], a["capacity_groups"], strict=True)
+        if x is not None and y is not None
+    ]
+    return [d for d, _ in pairs], [g for _, g in pairs], a["capacity_group_labels"]
+
+
+def report_e5_paired() -> list[str]:
+    """Pa3dFL against each row client by client at 5 local epochs: where the difference lies."""
+    lines = [
+        "\n### Pa3dFL against each row, client by client (5 local epochs)\n",
+        "Over the seeds both have recorded (the same seed gives both the same clients, splits "
+        "and capacities): per capacity group, the mean over clients of Pa3dFL's test accuracy "
+        "minus the row's (points); then the clients where Pa3dFL is above / below / equal "
+        "(each client tests on 70 images, a tenth of its 700: one image is 1.43 points).\n",
+    ]
+    header = False
+    for label, stem, seeds in e5_rows():
+        if stem == "pa3dfl":
+            continue
+        diffs: list[float] = []
+        groups: list[int] = []
+        labels: list[str] = []
+        used = []
+        for seed in seeds:
+            ours, theirs = load(e5_name("pa3dfl", seed)), load(e5_name(stem, seed))
+            if ours is None or theirs is None or "failed" in ours or "failed" in theirs:
+                continue
+            paired = paired_clients(ours, theirs)
+            if paired is None:
+                continue
+            diffs += paired[0]
+            groups += paired[1]
+            labels = paired[2]
+            used.append(str(seed))
+        if not used:
+            continue
+        if not header:
+            lines.append(
+                "| row | seeds | " + " | ".join(labels) + " | all | above / below / equal |"
+            )
+            lines.append("| --- | --- |" + " --- |" * (len(labels) + 2))
+            header = True
+        cells = []
+        for g in range(len(labels)):
+            in_group = [d for d, k in zip(diffs, groups, strict=True) if k == g]
+            cells.append(f"{statistics.mean(in_group):+.2f}" if in_group else "—")
+        counts = (sum(d > 0 for d in diffs), sum(d < 0 for d in diffs), sum(d == 0 for d in diffs))
+        lines.append(
+            f"| {label} | {', '.join(used)} | "
+            + " | ".join(cells)
+            + f" | {statistics.mean(diffs):+.2f} | {' / '.join(map(str, counts))} |"
+        )
+    if not header:
+        lines.append("(no pair recorded yet)")
     return lines
 
 
