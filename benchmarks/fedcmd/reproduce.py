@@ -394,56 +394,74 @@ def _inside(name: str, paper: float) -> str:
     return "✓" if lo <= paper <= hi else "✗"
 
 
+def _not_highest(setting: str, runs: dict[str, dict[int, str]], ours_label: str) -> str | None:
+    """The analysis line of one cell where FedCMD (``runs[ours_label]``) is not the highest mean:
+    each method above it on the seeds both have recorded (with the seed verdict) and the layer each
+    FedCMD run kept local; None where FedCMD is the highest or not recorded."""
+    values = {label: _seeds(names) for label, names in runs.items()}
+    ours = values[ours_label]
+    if not ours:
+        return None
+    above = []
+    for label, v in values.items():
+        if label == ours_label:
+            continue
+        common = [seed for seed in v if seed in ours]
+        theirs, mine = [v[seed] for seed in common], [ours[seed] for seed in common]
+        if common and statistics.mean(theirs) > statistics.mean(mine):
+            above.append((label, common, theirs, mine))
+    if not above:
+        return None
+    layers = ", ".join(
+        f"{s}: {load(runs[ours_label][s])['summary'].get('fedcmd', {}).get('layer', '—')}"
+        for s in ours
+    )
+    parts = []
+    for label, common, theirs, mine in sorted(above, key=lambda x: -statistics.mean(x[2])):
+        diff = statistics.mean(theirs) - statistics.mean(mine)
+        judged = f", {verdict(theirs, mine)[1]}" if len(common) > 1 else ""
+        where = ", ".join(str(seed) for seed in common)
+        parts.append(
+            f"{label} {statistics.mean(theirs):.3f} ({diff:+.2f} on seed"
+            f"{'s' if len(common) > 1 else ''} {where}{judged})"
+        )
+    mean = statistics.mean(ours.values())
+    return (
+        f"- *{setting}: FedCMD {mean:.3f} ({_n_seeds(len(ours))}) is not the highest.* "
+        f"Above it: {'; '.join(parts)}. Layer kept local per seed: {layers}."
+    )
+
+
 def report_cells_to_explain() -> list[str]:
-    """Every Table VIII cell where FedCMD (paper variant) is not the highest mean, and every cell
-    of Table VIII and of Table VI's seeded cells whose mean is more than 2 points from the paper,
-    each with what the records say about it: the methods above FedCMD with the seed verdict, the
-    layer each FedCMD run kept local and the α = 1.0 fixed-layer rows; for a gap, whether the
-    paper's number lies within each seed's range of 10-round means (rounds 150–200)."""
+    """Every Table VIII cell and every Table VI seeded cell where FedCMD (paper variant) is not
+    the highest mean, and every cell of Table VIII and of Table VI's seeded cells whose mean is
+    more than 2 points from the paper, each with what the records say about it: the methods above
+    FedCMD with the seed verdict, the layer each FedCMD run kept local and (α = 1.0) the
+    fixed-layer rows; for a gap, whether the paper's number lies within each seed's range of
+    10-round means (rounds 150–200)."""
     lines = [
         "\n### Cells that need an analysis (generated: FedCMD not the highest mean, or a mean more "
         "than 2 points from the paper)\n"
     ]
     for d, title in DATASETS.items():
         runs = {label: {s: table8_name(label, d, s) for s in TABLE8_SEEDS} for label in TABLE8}
-        values = {label: _seeds(names) for label, names in runs.items()}
-        ours = values["FedCMD"]
-        if not ours:
+        line = _not_highest(f"{title}, α = 1.0", runs, "FedCMD")
+        if line is None:
             continue
-        mean = statistics.mean(ours.values())
-        # each method against FedCMD on the seeds both have recorded
-        above = []
-        for label, v in values.items():
-            if label == "FedCMD":
-                continue
-            common = [seed for seed in v if seed in ours]
-            theirs, mine = [v[seed] for seed in common], [ours[seed] for seed in common]
-            if common and statistics.mean(theirs) > statistics.mean(mine):
-                above.append((label, common, theirs, mine))
-        if not above:
-            continue
-        layers = ", ".join(
-            f"{s}: {load(runs['FedCMD'][s])['summary'].get('fedcmd', {}).get('layer', '—')}"
-            for s in ours
-        )
-        parts = []
-        for label, common, theirs, mine in sorted(above, key=lambda x: -statistics.mean(x[2])):
-            diff = statistics.mean(theirs) - statistics.mean(mine)
-            judged = f", {verdict(theirs, mine)[1]}" if len(common) > 1 else ""
-            where = ", ".join(str(seed) for seed in common)
-            parts.append(
-                f"{label} {statistics.mean(theirs):.3f} ({diff:+.2f} on seed"
-                f"{'s' if len(common) > 1 else ''} {where}{judged})"
-            )
         fixed = {layer: metric(load(f"fedcmd-fixed-{layer}-a1-{d}")) for layer in TABLE2}
         fixed_text = ", ".join(f"{k} {cell(v)}" for k, v in fixed.items())
         got = {k: v for k, v in fixed.items() if v is not None}
         best = f" (best: {max(got, key=got.get)})" if got else ""
-        lines.append(
-            f"- *{title}, α = 1.0: FedCMD {mean:.3f} ({_n_seeds(len(ours))}) is not the highest.* "
-            f"Above it: {'; '.join(parts)}. Layer kept local per seed: {layers}. Fixed-layer "
-            f"rows (seed 42): {fixed_text}{best}."
-        )
+        lines.append(f"{line} Fixed-layer rows (seed 42): {fixed_text}{best}.")
+    labels6 = {config: label for label, (config, _, _) in TABLE6.items()}
+    for d, title in DATASETS.items():
+        runs = {
+            labels6[config]: {s: table6_name(config, d, s) for s in TABLE6_SEEDS}
+            for config in TABLE6_SEEDED
+        }
+        line = _not_highest(f"{title}, α = 0.1 (Table VI, seeded cells)", runs, labels6["fedcmd"])
+        if line is not None:
+            lines.append(line)
     cells = []
     paper6 = {config: (p_m, p_f) for _, (config, p_m, p_f) in TABLE6.items()}
     for d, title in DATASETS.items():
