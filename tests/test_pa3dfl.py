@@ -263,3 +263,33 @@ def test_quickstart_with_uniform_capacity(algorithm, tmp_path, monkeypatch):
     assert code in (0, None)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["rounds_completed"] == 2
+
+
+def test_test_models_script_reproduces_the_reported_client_accuracies(tiny_cfg, tmp_path, capsys):
+    """``benchmarks/pa3dfl/test_models.py`` rebuilds every client's test model from the last
+    checkpoint: its ``test`` column equals the accuracies the run reported, client by client;
+    a record with another number of clients is a one-line error (exit 2)."""
+    import importlib.util
+
+    from fedpart import api
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks/pa3dfl/test_models.py"
+    spec = importlib.util.spec_from_file_location("pa3dfl_test_models", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = _cfg(tiny_cfg, rounds=2)
+    cfg["output"] = {"dir": str(tmp_path / "run"), "checkpoint_every": 1}
+    api.run(cfg)
+    reported = json.loads((tmp_path / "run/clients.json").read_text())["client_accuracy"]
+    rows, done = script.client_accuracies(tmp_path / "run")
+    assert done == 2
+    assert [r["test"] for r in rows] == pytest.approx([100 * a for a in reported], abs=1e-9)
+    assert {r["group"] for r in rows} <= set(range(5))
+    record = tmp_path / "other.json"
+    record.write_text(json.dumps({"clients": {"accuracy": [0.5] * len(rows)}}))
+    assert script.main([str(tmp_path / "run"), "--against", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "| all | 6 |" in out and "| 50.00 |" in out
+    record.write_text(json.dumps({"clients": {"accuracy": [0.5]}}))
+    assert script.main([str(tmp_path / "run"), "--against", str(record)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -1,0 +1,132 @@
+"""Where Pa3dFL's accuracy comes from at the end of a run: each client's test model against the
+model the server would send it now.
+
+    python benchmarks/pa3dfl/test_models.py benchmarks/pa3dfl/runs/pa3dfl-e5now-hetero-seed0 \\
+        --against benchmarks/pa3dfl/results/heterofl-noscaler-e5-hetero-seed0.json
+
+Reads the run's last checkpoint (nothing is written) and evaluates, on every client's test split:
+
+- ``test``: the client's test model, Alg. 1's interpolation ``M_0 + α(M_1 − M_0)`` chosen by line
+  search on its validation split when it last trained (what the run reports);
+- ``received``: ``M_0`` generated now (θ_u, the hyper-network's θ_v, the frozen global head);
+- ``received, local head``: the same with the hyper-network's local head in place of the global
+  head.
+
+and prints their means per capacity group (the record's groups) and over the narrowest clients
+(width ≤ 3/16). With ``--against RECORD`` (a finished run's record from ``reproduce.py``, e.g. a
+baseline at the same seed, hence the same clients) it adds that run's per-client accuracy and
+Pa3dFL's test model minus it. ``--json PATH`` writes the per-client numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from fedpart.engine.capacity import group_labels
+from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
+from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.simulation import Simulation
+from fedpart.errors import FedpartError
+
+NARROW = 3 / 16
+COLUMNS = ("test", "received", "received, local head")
+
+
+def client_accuracies(run: Path) -> tuple[list[dict], int]:
+    """Per client: width, capacity group and the test accuracy (%) of each model of ``COLUMNS``;
+    and the rounds the checkpoint has completed."""
+    rd = run_directory(run)
+    cfg, tensors, meta = read_checkpoint(rd, [])
+    if meta is None or tensors is None:
+        raise FedpartError(f"{run}: no checkpoint")
+    if cfg.algorithm.name != "pa3dfl":
+        raise FedpartError(f"{run}: not a Pa3dFL run ({cfg.algorithm.name})")
+    sim = Simulation(cfg, run_dir=None, quiet=True)
+    restore(sim, rd, tensors, meta)
+    algo, data = sim.algorithm, sim.algorithm.ctx.data
+    width = algo.ctx.capacity.width
+    groups = algo.ctx.capacity.groups
+    out = []
+    for c in range(data.num_clients):
+        model, index = algo.model_for(c), data.clients[c].test
+
+        def acc(state: dict[str, torch.Tensor], model=model, index=index) -> float:
+            ok, _ = evaluate_samples(model, state, data, index, cfg.engine.eval_batch_size)
+            return 100 * float(ok.double().mean())
+
+        m0 = algo.received(c)
+        local = {**m0, "head.weight": m0["local_head.weight"], "head.bias": m0["local_head.bias"]}
+        out.append(
+            {
+                "client": c,
+                "width": float(width[c]),
+                "group": int(groups[c]),
+                "test": acc(algo.eval_state(c)),
+                "received": acc(m0),
+                "received, local head": acc(local),
+            }
+        )
+    return out, sim.rounds_completed
+
+
+def table(rows: list[dict], against: list[float] | None) -> list[str]:
+    """Means per capacity group, over the narrowest clients and over all clients."""
+    labels = group_labels()
+    subsets = [(label, [r for r in rows if r["group"] == g]) for g, label in enumerate(labels)]
+    subsets.append((f"width ≤ {round(NARROW * 16)}/16", [r for r in rows if r["width"] <= NARROW]))
+    subsets.append(("all", rows))
+    head = ["clients", "clients (n)", *COLUMNS]
+    if against is not None:
+        head += ["other run", "test − other run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for label, subset in subsets:
+        if not subset:
+            continue
+        cells = [label, str(len(subset))]
+        cells += [f"{statistics.mean(r[k] for r in subset):.2f}" for k in COLUMNS]
+        if against is not None:
+            theirs = [against[r["client"]] for r in subset]
+            cells.append(f"{statistics.mean(theirs):.2f}")
+            diff = statistics.mean(r["test"] - t for r, t in zip(subset, theirs, strict=True))
+            cells.append(f"{diff:+.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("run", type=Path, help="a Pa3dFL run directory with a checkpoint")
+    ap.add_argument("--against", type=Path, help="another run's record (same seed)")
+    ap.add_argument("--json", type=Path, help="write the per-client numbers here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        against = None
+        if args.against is not None:
+            clients = json.loads(args.against.read_text())["clients"]
+            against = [100 * a if a is not None else float("nan") for a in clients["accuracy"]]
+        rows, done = client_accuracies(args.run)
+    except (FedpartError, OSError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if against is not None and len(against) != len(rows):
+        print(
+            f"error: {args.against} has {len(against)} clients, the run {len(rows)}",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"{args.run}: after {done} rounds; test accuracy (%), mean over clients\n")
+    print("\n".join(table(rows, against)))
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
