@@ -287,8 +287,9 @@ def test_test_models_script_reproduces_the_reported_client_accuracies(tiny_cfg, 
     assert {r["group"] for r in rows} <= set(range(5))
     record = tmp_path / "other.json"
     record.write_text(json.dumps({"clients": {"accuracy": [0.5] * len(rows)}}))
-    assert script.main([str(tmp_path / "run"), "--against", str(record)]) == 0
+    assert script.main([str(tmp_path / "run"), "--against", str(record), "--fitted-head"]) == 0
     out = capsys.readouterr().out
+    assert "| received, fitted head |" in out.splitlines()[2]
     assert "| all | 6 |" in out and "| 50.00 |" in out
     record.write_text(json.dumps({"clients": {"accuracy": [0.5]}}))
     assert script.main([str(tmp_path / "run"), "--against", str(record)]) == 2

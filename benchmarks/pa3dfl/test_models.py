@@ -10,7 +10,11 @@ Reads the run's last checkpoint (nothing is written) and evaluates, on every cli
   search on its validation split when it last trained (what the run reports);
 - ``received``: ``M_0`` generated now (θ_u, the hyper-network's θ_v, the frozen global head);
 - ``received, local head``: the same with the hyper-network's local head in place of the global
-  head.
+  head;
+- with ``--fitted-head``, ``received, fitted head``: the same features under a linear head fitted
+  on the client's own training and validation samples (multinomial logistic regression on
+  standardised features): how much of a client's accuracy the head limits, and how much its
+  features do.
 
 and prints their means per capacity group (the record's groups) and over the narrowest clients
 (width ≤ 3/16). With ``--against RECORD`` (a finished run's record from ``reproduce.py``, e.g. a
@@ -25,22 +29,47 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from fedpart.engine.capacity import group_labels
 from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
 from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.functional import call_method
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import FedpartError
 
 NARROW = 3 / 16
 COLUMNS = ("test", "received", "received, local head")
+FITTED = "received, fitted head"
 
 
-def client_accuracies(run: Path) -> tuple[list[dict], int]:
-    """Per client: width, capacity group and the test accuracy (%) of each model of ``COLUMNS``;
-    and the rounds the checkpoint has completed."""
+def fitted_head_accuracy(
+    model: Any, state: dict[str, torch.Tensor], data: Any, fit: torch.Tensor, test: torch.Tensor
+) -> float:
+    """Test accuracy (%) of ``state``'s features under a linear head fitted on the ``fit``
+    samples (multinomial logistic regression on standardised features)."""
+
+    def features(index: torch.Tensor) -> tuple[Any, Any]:
+        x, y = data.batch(index)
+        with torch.no_grad():
+            z = call_method(model, "features", state, x)
+        return z.cpu().numpy(), y.cpu().numpy()
+
+    z_fit, y_fit = features(fit)
+    z_test, y_test = features(test)
+    head = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
+    head.fit(z_fit, y_fit)
+    return 100 * float(head.score(z_test, y_test))
+
+
+def client_accuracies(run: Path, fitted_head: bool = False) -> tuple[list[dict], int]:
+    """Per client: width, capacity group and the test accuracy (%) of each model of ``COLUMNS``
+    (and ``FITTED`` with ``fitted_head``); and the rounds the checkpoint has completed."""
     rd = run_directory(run)
     cfg, tensors, meta = read_checkpoint(rd, [])
     if meta is None or tensors is None:
@@ -62,16 +91,19 @@ def client_accuracies(run: Path) -> tuple[list[dict], int]:
 
         m0 = algo.received(c)
         local = {**m0, "head.weight": m0["local_head.weight"], "head.bias": m0["local_head.bias"]}
-        out.append(
-            {
-                "client": c,
-                "width": float(width[c]),
-                "group": int(groups[c]),
-                "test": acc(algo.eval_state(c)),
-                "received": acc(m0),
-                "received, local head": acc(local),
-            }
-        )
+        row = {
+            "client": c,
+            "width": float(width[c]),
+            "group": int(groups[c]),
+            "test": acc(algo.eval_state(c)),
+            "received": acc(m0),
+            "received, local head": acc(local),
+        }
+        if fitted_head:
+            split = data.clients[c]
+            fit = torch.cat([split.train, split.val])
+            row[FITTED] = fitted_head_accuracy(model, m0, data, fit, index)
+        out.append(row)
     return out, sim.rounds_completed
 
 
@@ -81,7 +113,8 @@ def table(rows: list[dict], against: list[float] | None) -> list[str]:
     subsets = [(label, [r for r in rows if r["group"] == g]) for g, label in enumerate(labels)]
     subsets.append((f"width ≤ {round(NARROW * 16)}/16", [r for r in rows if r["width"] <= NARROW]))
     subsets.append(("all", rows))
-    head = ["clients", "clients (n)", *COLUMNS]
+    columns = [*COLUMNS, *([FITTED] if FITTED in rows[0] else [])]
+    head = ["clients", "clients (n)", *columns]
     if against is not None:
         head += ["other run", "test − other run"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -89,7 +122,7 @@ def table(rows: list[dict], against: list[float] | None) -> list[str]:
         if not subset:
             continue
         cells = [label, str(len(subset))]
-        cells += [f"{statistics.mean(r[k] for r in subset):.2f}" for k in COLUMNS]
+        cells += [f"{statistics.mean(r[k] for r in subset):.2f}" for k in columns]
         if against is not None:
             theirs = [against[r["client"]] for r in subset]
             cells.append(f"{statistics.mean(theirs):.2f}")
@@ -104,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", type=Path, help="a Pa3dFL run directory with a checkpoint")
     ap.add_argument("--against", type=Path, help="another run's record (same seed)")
     ap.add_argument("--json", type=Path, help="write the per-client numbers here")
+    ap.add_argument(
+        "--fitted-head", action="store_true", help="add the column with a head fitted per client"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     try:
@@ -111,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.against is not None:
             clients = json.loads(args.against.read_text())["clients"]
             against = [100 * a if a is not None else float("nan") for a in clients["accuracy"]]
-        rows, done = client_accuracies(args.run)
+        rows, done = client_accuracies(args.run, args.fitted_head)
     except (FedpartError, OSError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
