@@ -37,8 +37,12 @@ METHODS = [n for n, cls in ALGORITHMS.items() if cls.supports(load_config(QUICKS
 def _method(name: str) -> list[str]:
     """The overrides that pick method ``name``. FedBABU's and fedseqlayer's whole-model
     fine-tuning after the last round takes one epoch instead of ten: the same code runs on the
-    same device (both sides of a comparison get the same override), a tenth as often."""
+    same device (both sides of a comparison get the same override), a tenth as often. A
+    capacity-aware method runs with clients of different widths (``federation.capacity=uniform``),
+    as ``benchmarks/gpu_smoke.py`` runs it: TailorFL's width slicing met a CPU index only there."""
     extra = ["algorithm.finetune_epochs=1"] if name in ("fedbabu", "fedseqlayer") else []
+    if ALGORITHMS[name].capacity_aware:
+        extra.append("federation.capacity=uniform")
     return [f"algorithm.name={name}", *extra]
 
 

@@ -136,3 +136,31 @@ def test_without_a_gpu_the_default_device_stops_with_one_line(tmp_path):
     assert proc.returncode == 2 and not out.exists()
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "no GPU is available" in proc.stderr and proc.stdout == ""
+
+
+def test_resume_keeps_a_schedule_that_depends_on_the_rounds(tmp_path):
+    """pFedSim's warm-up is the first int(ρ · federation.rounds) rounds: the stopped run of the
+    resume check runs the same configured rounds (it once ran N // 2 and failed on every
+    device)."""
+    smoke = _load()
+    out = tmp_path / "resume.md"
+    argv = ["--device", "cpu", "--rounds", "3", "--methods", "pfedsim", "--out", str(out)]
+    assert smoke.main([*argv, "--skip", "accuracy,batched,kill,timing"]) == 0
+    rows = read_tables(out.read_text())["Resume, bit for bit"]
+    assert [(r["backend"], r["result"]) for r in rows] == [("sequential", "ok"), ("batched", "ok")]
+
+
+def test_a_batched_gap_within_the_device_rounding_passes(monkeypatch):
+    """A model gap above the tolerance passes only within NOISE_FACTOR x the device-vs-CPU gap."""
+    from types import SimpleNamespace
+
+    smoke = _load()
+    seq = SimpleNamespace(metrics=[{"train_loss": 1.0, "accuracy": 0.5}])
+    bat = SimpleNamespace(metrics=[{"train_loss": 1.0, "accuracy": 0.5}])
+    states = {id(seq): [{"w": torch.zeros(3)}], id(bat): [{"w": torch.tensor([0.0, 5e-3, 0.0])}]}
+    monkeypatch.setattr(smoke, "client_states", lambda r: states[id(r)])
+    assert smoke.compare_backends(seq, bat)[0] == ["client models differ by up to 5.00e-03"]
+    assert smoke.compare_backends(seq, bat, floor=1e-3)[0] == []
+    problems, cells = smoke.compare_backends(seq, bat, floor=1e-4)
+    assert problems == ["client models differ by up to 5.00e-03 (device vs CPU: 1.00e-04)"]
+    assert cells[:2] == ["5.0e-03", "1.0e-04"]

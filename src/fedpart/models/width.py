@@ -147,7 +147,8 @@ class WidthPlan:
                     continue
                 idx = idx.to(torch.long)
                 if a.repeat > 1:
-                    idx = (idx[:, None] * a.repeat + torch.arange(a.repeat)[None, :]).reshape(-1)
+                    step = torch.arange(a.repeat, device=idx.device)
+                    idx = (idx[:, None] * a.repeat + step[None, :]).reshape(-1)
                 per_dim[a.dim] = idx
             if any(i is not None for i in per_dim):
                 out[key] = tuple(per_dim)
