@@ -2,7 +2,7 @@
 backend against the sequential one, bit-identical resume, kill-and-resume, and the timings of
 ``fedpart bench --device``.
 
-    python benchmarks/gpu_smoke.py [--device cuda] [--rounds 3] [--out docs/results/gpu.md]
+    python benchmarks/gpu_smoke.py [--device cuda] [--rounds 3] [--out gpu-smoke.md]
                                    [--methods a,b] [--quick] [--skip kill,timing]
 
 On the quick start (``configs/quickstart.yaml``: the bundled digits, 20 clients, a quarter-width
@@ -35,7 +35,7 @@ FedAvgCNN; the methods chosen as ``fedpart compare`` chooses them, the capacity-
 
 With ``--device cpu`` the script checks itself on a machine without a GPU: the device is the
 CPU, so the "CPU reference" is the device run itself (said so in the report). The markdown
-report goes to ``--out`` (default ``docs/results/gpu.md`` on a GPU, ``gpu-smoke-cpu.md`` on
+report goes to ``--out`` (default ``gpu-smoke.md`` on a GPU, ``gpu-smoke-cpu.md`` on
 the CPU); the exit code is 1 when a check failed, 2 when the device cannot run (one line).
 """
 
@@ -827,7 +827,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         default=None,
-        help="markdown report (default docs/results/gpu.md on a GPU, gpu-smoke-cpu.md on the CPU)",
+        help="markdown report (default gpu-smoke.md on a GPU, gpu-smoke-cpu.md on the CPU)",
     )
     p.add_argument(
         "--methods", type=_list, default=None, help="comma-separated (default: every method)"
@@ -901,11 +901,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = (
         Path(args.out)
         if args.out
-        else (
-            ROOT / "docs" / "results" / "gpu.md"
-            if device.type == "cuda"
-            else Path("gpu-smoke-cpu.md")
-        )
+        else Path("gpu-smoke.md" if device.type == "cuda" else "gpu-smoke-cpu.md")
     )
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-smoke-"))
     if args.workdir and work.exists() and any(work.iterdir()):

@@ -164,3 +164,31 @@ def test_a_batched_gap_within_the_device_rounding_passes(monkeypatch):
     problems, cells = smoke.compare_backends(seq, bat, floor=1e-4)
     assert problems == ["client models differ by up to 5.00e-03 (device vs CPU: 1.00e-04)"]
     assert cells[:2] == ["5.0e-03", "1.0e-04"]
+
+
+def _script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+
+
+def test_round_profile_and_batched_gap_on_the_cpu():
+    """The two diagnostic scripts of docs/results/gpu.md run on a machine without a GPU."""
+    prof = _script("gpu_round_profile.py", "--device", "cpu", "--dataset", "digits")
+    assert prof.returncode == 0, prof.stderr[-2000:]
+    assert "== fedper, batched backend on cpu: round " in prof.stdout
+    assert "== dfedpgp, batched backend on cpu: round " in prof.stdout
+    assert "aten::convolution_backward" in prof.stdout
+    gap = _script("gpu_batched_gap.py", "--device", "cpu", "--cases", "fedavg:1")
+    assert gap.returncode == 0, gap.stderr[-2000:]
+    (line,) = [x for x in gap.stdout.splitlines() if x.startswith("fedavg 1 round(s)")]
+    # the same device and backend twice: the same numbers; batched: rounding only
+    assert "cpu seq vs cpu seq 0.00e+00;" in line
+    assert float(line.split("cpu batched vs cpu seq ")[1].split()[0]) < 1e-5
+    for name in ("gpu_round_profile.py", "gpu_batched_gap.py"):
+        bad = _script(name, "--device", "cuda:7" if not torch.cuda.is_available() else "tpu")
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
