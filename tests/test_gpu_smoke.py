@@ -192,3 +192,13 @@ def test_round_profile_and_batched_gap_on_the_cpu():
     for name in ("gpu_round_profile.py", "gpu_batched_gap.py"):
         bad = _script(name, "--device", "cuda:7" if not torch.cuda.is_available() else "tpu")
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU: the script would run")
+def test_gpu_checks_without_a_gpu_is_one_line(tmp_path):
+    """benchmarks/gpu_checks.sh stops at once, exit 2, one line, on a machine without a GPU."""
+    script = str(ROOT / "benchmarks" / "gpu_checks.sh")
+    for args in ([str(tmp_path / "out")], []):
+        proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stdout == ""
