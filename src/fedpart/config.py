@@ -104,6 +104,11 @@ class FederationConfig:
     ``skip_client`` discards that client's update and goes on (counted in ``metrics.jsonl``);
     in a decentralized round the discarded client keeps its previous model and neither sends
     nor receives that round (a method that mixes before training has sent already).
+    ``max_grad_norm`` (default 0: off) clips each local SGD step's gradient to that global L2
+    norm over the step's trained parameters, before weight decay and momentum (as
+    ``torch.nn.utils.clip_grad_norm_``); a step under the limit is unchanged bit for bit, and
+    ``metrics.jsonl`` counts the clipped steps of each round (``clipped_steps``). The batched
+    backend does not clip: with a limit set, ``auto`` runs sequentially.
 
     Capacity heterogeneity (``docs/capacity.md``): ``capacity`` is the profile of the clients'
     capacities ``r_i`` (``ideal``: all 1; ``uniform``: the grid 1 %–100 % in a seeded client
@@ -127,6 +132,7 @@ class FederationConfig:
     client_failure_schedule: list[list[int]] = field(default_factory=list)
     client_failure_mode: str = "drop"
     on_nonfinite: str = "stop"
+    max_grad_norm: float = 0.0
     capacity: str = "ideal"
     capacity_values: list[float] = field(default_factory=list)
     p_min: float = 0.0625
@@ -598,6 +604,7 @@ def validate(cfg: Config) -> None:
     _range("federation.lr_decay", f.lr_decay, 0.0, lo_open=True)
     _range("federation.momentum", f.momentum, 0.0, 1.0)
     _range("federation.weight_decay", f.weight_decay, 0.0)
+    _range("federation.max_grad_norm", f.max_grad_norm, 0.0)
     _choice(
         "federation.batchnorm_stats", f.batchnorm_stats, ("shared", "local"), "BatchNorm statistics"
     )

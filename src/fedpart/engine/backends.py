@@ -83,8 +83,10 @@ def resolve_backend(
 
     wanted = cfg.engine.backend
     supported = type(algorithm).backends
+    # the batched step does not clip gradients (``federation.max_grad_norm``)
+    clipping = "federation.max_grad_norm is set" if cfg.federation.max_grad_norm else None
     if wanted == "auto":
-        if "batched" in supported and cfg.engine.device.startswith("cuda"):
+        if "batched" in supported and cfg.engine.device.startswith("cuda") and not clipping:
             if can_batch(model, []) is None:
                 return "batched"
         if (
@@ -105,7 +107,7 @@ def resolve_backend(
             f"engine.backend: {cfg.algorithm.name} supports {', '.join(supported)}, not {wanted}"
         )
     if wanted == "batched":
-        reason = can_batch(model, [])
+        reason = clipping or can_batch(model, [])
         if reason is not None:
             raise FedpartError(f"engine.backend: batched is not possible here: {reason}")
     return wanted

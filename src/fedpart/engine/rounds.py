@@ -74,6 +74,7 @@ def train_settings(cfg: Config, num_clients: int, rnd: int, client: int | None) 
         drop_last=f.drop_last,
         seed=cfg.seed,
         cache_features=cfg.engine.cache_features,
+        max_grad_norm=f.max_grad_norm,
         feature_batch_size=cfg.engine.eval_batch_size,
     )
 
@@ -241,6 +242,8 @@ def train_clients(
     }
     if skip:
         stats["skipped_nonfinite"] = skipped
+    if sim.cfg.federation.max_grad_norm:
+        stats["clipped_steps"] = sum(r.clipped for r in results.values())
     return results, stats
 
 

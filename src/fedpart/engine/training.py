@@ -40,6 +40,8 @@ class TrainSettings:
     cache_features: bool = False
     #: samples per body pass when the features are cached
     feature_batch_size: int = 256
+    #: clip each step's gradient to this global L2 norm (0: off; ``federation.max_grad_norm``)
+    max_grad_norm: float = 0.0
 
 
 @dataclass
@@ -71,6 +73,8 @@ class TrainResult:
     #: the job it was trained from (set in the driver; None for a method's own local update
     #: that trained without one)
     job: ClientJob | None = None
+    #: steps whose gradient ``max_grad_norm`` clipped
+    clipped: int = 0
 
 
 def batch_slices(
@@ -152,6 +156,7 @@ def train_client(
     # summed on the model's device and read once at the end: a per-step float(loss) would
     # synchronise a GPU at every step (float64, so the sum is the host's float sum)
     loss_sum = torch.zeros((), dtype=torch.float64, device=train_idx.device)
+    clipped = torch.zeros((), dtype=torch.long, device=train_idx.device)
     samples = 0
     steps = 0
     phase_log: list[tuple[tuple[str, ...], int, int]] = []
@@ -205,6 +210,9 @@ def train_client(
                     for term in phase.loss_terms:
                         loss = loss + term.weight * term.fn(current)
                     grads = torch.autograd.grad(loss, [params[k] for k in keys])
+                    if settings.max_grad_norm:
+                        grads, over = clip_gradient(grads, settings.max_grad_norm)
+                        clipped += over
                     with torch.no_grad():
                         directions = []
                         for k, g in zip(keys, grads, strict=True):
@@ -235,4 +243,21 @@ def train_client(
             f"training diverged: non-finite loss at round {rnd} on client {client}; "
             "lower federation.lr (or raise the method's regularisation) and resume from the last checkpoint"
         )
-    return TrainResult(state, mean_loss, samples, steps, phase_log, observations)
+    return TrainResult(
+        state, mean_loss, samples, steps, phase_log, observations, clipped=int(clipped)
+    )
+
+
+def clip_gradient(
+    grads: tuple[torch.Tensor, ...], max_norm: float
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """``grads`` scaled to global L2 norm ``max_norm`` when their norm exceeds it (the scale of
+    ``torch.nn.utils.clip_grad_norm_``, ``max_norm / (norm + 1e-6)``), else unchanged bit for bit
+    (multiplied by exactly 1); and whether they were clipped, as a tensor (no host sync)."""
+    with torch.no_grad():
+        norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g.detach()) for g in grads])
+        )
+        over = norm > max_norm
+        scale = torch.where(over, max_norm / (norm + 1e-6), torch.ones_like(norm))
+        return tuple(g * scale for g in grads), over.long()
