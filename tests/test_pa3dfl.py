@@ -294,3 +294,35 @@ def test_test_models_script_reproduces_the_reported_client_accuracies(tiny_cfg, 
     record.write_text(json.dumps({"clients": {"accuracy": [0.5]}}))
     assert script.main([str(tmp_path / "run"), "--against", str(record)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_replay_round_script_replays_the_next_round_and_names_a_divergence(
+    tiny_cfg, tmp_path, capsys
+):
+    """``benchmarks/pa3dfl/replay_round.py`` replays the round after the last checkpoint: with
+    the run's settings it trains, a huge step size diverges and is named, a step limit keeps it
+    finite and counts the clipped steps; no checkpoint is a one-line error."""
+    import importlib.util
+
+    from fedpart import api
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks/pa3dfl/replay_round.py"
+    spec = importlib.util.spec_from_file_location("pa3dfl_replay_round", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = _cfg(tiny_cfg, rounds=2)
+    cfg["output"] = {"dir": str(tmp_path / "run"), "checkpoint_every": 1}
+    api.run(cfg)
+    run = str(tmp_path / "run")
+    assert script.main([run, "federation.rounds=3", "--client", "0", "--received"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("round 2: trained, train loss ") and "(no limit)" in out
+    assert "| median CE global head |" in out and "client 0, loss of its first steps:" in out
+    assert script.main([run, "federation.rounds=3", "federation.lr=1e30"]) == 0
+    assert "round 2: training diverged: non-finite loss" in capsys.readouterr().out
+    limited = [run, "federation.rounds=3", "federation.lr=1e30", "federation.max_grad_norm=1e-31"]
+    assert script.main(limited) == 0
+    out = capsys.readouterr().out
+    assert "round 2: trained" in out and "clipped steps" in out and "(limit 1e-31)" in out
+    assert script.main([str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

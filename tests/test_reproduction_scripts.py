@@ -175,7 +175,7 @@ def test_pa3dfl_five_epoch_tables_judge_pa3dfl_against_complete_rows(monkeypatch
 
     def fake_load(name):
         stem, seed = name.rsplit("-hetero-seed", 1)
-        stem = stem.removesuffix("-e5now").removesuffix("-e5")
+        stem = stem.removesuffix("-e5now").removesuffix("-e5g").removesuffix("-e5")
         if stem == "fedrolex" and seed == "2":
             return None  # not recorded yet
         if stem == "pfedhn":
@@ -221,7 +221,7 @@ def test_pa3dfl_five_epoch_paired_table_compares_the_same_clients(monkeypatch):
 
     def fake_load(name):
         stem, seed = name.rsplit("-hetero-seed", 1)
-        stem = stem.removesuffix("-e5now").removesuffix("-e5")
+        stem = stem.removesuffix("-e5now").removesuffix("-e5g").removesuffix("-e5")
         acc = accuracy.get((stem, int(seed)))
         if acc is None:
             return None
@@ -321,3 +321,16 @@ def test_fedcmd_cells_to_explain_from_records(tmp_path, monkeypatch):
         "Layer kept local per seed: 42: fc2, 43: fc1."
     ) in lines
     assert not any(line.startswith("- *MNIST, α = 0.1") for line in lines)
+
+
+def test_pa3dfl_five_epoch_runs_of_pa3dfl_clip_their_steps():
+    """Every Pa3dFL-based run of the 5-epoch study has the step limit and an ``-e5g-`` name;
+    no baseline has it; the earlier runs without it stay a row of their own."""
+    repro = _load("benchmarks/pa3dfl/reproduce.py")
+    runs = repro.experiments()["e5"]
+    assert runs
+    for name, config, overrides in runs:
+        guarded = "federation.max_grad_norm=50" in overrides
+        assert guarded == (config == "pa3dfl") == ("-e5g-" in name), name
+    assert repro.e5_name(repro.UNGUARDED, 1) == "pa3dfl-e5now-hetero-seed1"
+    assert [s for _, s, _ in repro.e5_rows()][:2] == ["pa3dfl", repro.UNGUARDED]
