@@ -560,15 +560,19 @@ def report_e5_paired() -> list[str]:
         "(each client tests on 70 images, a tenth of its 700: one image is 1.43 points).\n",
     ]
     header = False
-    for label, stem, seeds in e5_rows():
-        if stem in ("pa3dfl", UNGUARDED):
-            continue
+    rows = [
+        (label + suffix, stem, seeds, ours_stem)
+        for ours_stem, suffix in (("pa3dfl", ""), (UNGUARDED, ", against Pa3dFL without the limit"))
+        for label, stem, seeds in e5_rows()
+        if stem not in ("pa3dfl", UNGUARDED)
+    ]
+    for label, stem, seeds, ours_stem in rows:
         diffs: list[float] = []
         groups: list[int] = []
         labels: list[str] = []
         used = []
         for seed in seeds:
-            ours, theirs = load(e5_name("pa3dfl", seed)), load(e5_name(stem, seed))
+            ours, theirs = load(e5_name(ours_stem, seed)), load(e5_name(stem, seed))
             if ours is None or theirs is None or "failed" in ours or "failed" in theirs:
                 continue
             paired = paired_clients(ours, theirs)
