@@ -269,14 +269,9 @@ def test_test_models_script_reproduces_the_reported_client_accuracies(tiny_cfg, 
     """``benchmarks/pa3dfl/test_models.py`` rebuilds every client's test model from the last
     checkpoint: its ``test`` column equals the accuracies the run reported, client by client;
     a record with another number of clients is a one-line error (exit 2)."""
-    import importlib.util
-
     from fedpart import api
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks/pa3dfl/test_models.py"
-    spec = importlib.util.spec_from_file_location("pa3dfl_test_models", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _bench_script("test_models")
     cfg = _cfg(tiny_cfg, rounds=2)
     cfg["output"] = {"dir": str(tmp_path / "run"), "checkpoint_every": 1}
     api.run(cfg)
@@ -302,14 +297,9 @@ def test_replay_round_script_replays_the_next_round_and_names_a_divergence(
     """``benchmarks/pa3dfl/replay_round.py`` replays the round after the last checkpoint: with
     the run's settings it trains, a huge step size diverges and is named, a step limit keeps it
     finite and counts the clipped steps; no checkpoint is a one-line error."""
-    import importlib.util
-
     from fedpart import api
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks/pa3dfl/replay_round.py"
-    spec = importlib.util.spec_from_file_location("pa3dfl_replay_round", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _bench_script("replay_round")
     cfg = _cfg(tiny_cfg, rounds=2)
     cfg["output"] = {"dir": str(tmp_path / "run"), "checkpoint_every": 1}
     api.run(cfg)
@@ -326,3 +316,14 @@ def test_replay_round_script_replays_the_next_round_and_names_a_divergence(
     assert "round 2: trained" in out and "clipped steps" in out and "(limit 1e-31)" in out
     assert script.main([str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def _bench_script(name: str):  # noqa: ANN202 - a module
+    """``benchmarks/pa3dfl/<name>.py`` loaded as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / f"benchmarks/pa3dfl/{name}.py"
+    spec = importlib.util.spec_from_file_location(f"pa3dfl_{name}", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script

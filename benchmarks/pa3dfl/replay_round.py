@@ -15,6 +15,7 @@ width — a model that starts far off is where a step size that suits the others
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -60,8 +61,6 @@ def replay(run: Path, overrides: list[str], traced: int | None, received: bool) 
                 loss = objective(model, state, x, y)
                 losses.append(float(loss.detach()))
                 return loss
-
-            import dataclasses
 
             recipe = dataclasses.replace(recipe, objective=logged)
         return train(model, start, recipe, data, client, *args, **kwargs)
