@@ -186,6 +186,8 @@ def test_pa3dfl_five_epoch_tables_judge_pa3dfl_against_complete_rows(monkeypatch
         rounds[0] |= {"hn_tau": {"fc1": 0.7}, "hn_spread": {"fc1": 0.4}}
         if stem == "fjord":
             rounds.append({"round": 1, "train_loss": float("nan")})
+        if stem == "pa3dfl":
+            rounds[0]["clipped_steps"] = 2
         return {"run": name, "summary": {"accuracy": {"final": final}}, "rounds": rounds}
 
     monkeypatch.setattr(repro, "load", fake_load)
@@ -196,7 +198,9 @@ def test_pa3dfl_five_epoch_tables_judge_pa3dfl_against_complete_rows(monkeypatch
     assert rows["| Pa3dFL"].startswith(
         "| Pa3dFL | 90.00 | 90.10 | 90.20 | 90.10 ± 0.10 (3) | 89.55"
     )
-    assert rows["| Fjord"].endswith("| 3 |")  # one non-finite round in each of its three seeds
+    # one non-finite round in each of Fjord's three seeds; no step limit
+    assert rows["| Fjord"].endswith("| 3 | — |")
+    assert rows["| Pa3dFL"].endswith("| 0 | 6 |")  # two clipped steps in each of three seeds
     verdicts = [line for line in lines if line.count(" | ") == 3 and "Pa3dFL" not in line]
     by_row = {line.split(" | ")[0]: line for line in verdicts}
     assert by_row["| FedAvg"] == "| FedAvg | 3 | +10.00 | holds |"

@@ -433,9 +433,11 @@ def report_e5() -> list[str]:
         "Final mean client test accuracy (%) per seed (— not recorded yet, n/a not planned); "
         "gap = mean − paper (the paper: 500 rounds, 20 clients a round; its HeteroFL has the "
         "Scaler, which diverges here). Non-finite rounds: rounds whose mean training loss is "
-        "not finite, over the recorded seeds.\n",
-        "| method | seed 0 | seed 1 | seed 2 | mean ± std | paper | gap | non-finite rounds |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "not finite, over the recorded seeds; clipped steps: local steps the step limit "
+        "(`federation.max_grad_norm`) clipped, over the recorded seeds (— no limit).\n",
+        "| method | seed 0 | seed 1 | seed 2 | mean ± std | paper | gap | non-finite rounds "
+        "| clipped steps |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for label, stem, seeds in e5_rows():
         recs = [load(e5_name(stem, s)) for s in seeds]
@@ -455,10 +457,18 @@ def report_e5() -> list[str]:
             cell = f"{mean:.2f} (1)" if done else "—"
         paper = E5_PAPER[stem]
         gap = f"{mean - paper:+.2f}" if mean is not None else "—"
-        bad = [_nonfinite_rounds(r) for r in recs if r is not None and "failed" not in r]
-        nonfinite = str(sum(bad)) if bad else "—"
+        done_recs = [r for r in recs if r is not None and "failed" not in r]
+        nonfinite = str(sum(_nonfinite_rounds(r) for r in done_recs)) if done_recs else "—"
+        clipped = [r.get("clipped_steps") for rec in done_recs for r in rec["rounds"]]
+        clipped_cell = (
+            str(sum(c for c in clipped if c is not None))
+            if any(c is not None for c in clipped)
+            else "—"
+        )
         lines.append(
-            f"| {label} | " + " | ".join(cells) + f" | {cell} | {paper:.2f} | {gap} | {nonfinite} |"
+            f"| {label} | "
+            + " | ".join(cells)
+            + f" | {cell} | {paper:.2f} | {gap} | {nonfinite} | {clipped_cell} |"
         )
     lines += [
         "\n### Pa3dFL against each row at 5 local epochs\n",
