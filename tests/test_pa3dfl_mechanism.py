@@ -159,6 +159,29 @@ def test_gain_limit_and_clipping_shorten_the_step():
     assert 0 < steps["clipped"].gain < 0.1 * steps["plain"].gain
 
 
+def test_the_step_limit_stops_its_tries_early_on_the_cpu_with_the_same_step():
+    """On the CPU the step limit stops at the first try that keeps the step; on an accelerator
+    (the fake CUDA device: CPU values, bit for bit) it always makes ``LIMIT_TRIES``. The steps
+    and the hyper-network they leave are the same."""
+    from fake_cuda import FakeCuda, torch_switches_kept
+
+    def federate(device):
+        hn = _hn().to(device)
+        calls = []
+        hn.register_forward_hook(lambda *_: calls.append(1))
+        optima = [{k: v.to(device) for k, v in o.items()} for o in _optima()]
+        steps = _federate(hn, optima, rounds=12, max_gain=1.5, measure=True)
+        return steps, {k: v.detach().cpu() for k, v in hn.state_dict().items()}, len(calls)
+
+    cpu_steps, cpu_state, cpu_calls = federate("cpu")
+    with torch_switches_kept(), FakeCuda():
+        gpu_steps, gpu_state, gpu_calls = federate("cuda")
+    assert any(s.scale < 1.0 for s in cpu_steps) and any(s.scale == 1.0 for s in cpu_steps)
+    assert cpu_steps == gpu_steps
+    assert all(torch.equal(cpu_state[k], gpu_state[k]) for k in cpu_state)
+    assert cpu_calls < gpu_calls
+
+
 def _run(tiny_cfg, algorithm, **options):
     cfg = {
         **tiny_cfg,

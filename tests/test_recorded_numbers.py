@@ -335,14 +335,20 @@ def test_fedseqlayer_fedrep_first_rounds():
     sim, rows = first_rounds(cfg, ROUNDS)
     tests = [int(c.test.numel()) for c in sim.data.clients]
 
+    # Another x86 CPU's float32 kernels round differently, and this run (batch 10, 100 clients
+    # evaluated every round) carries it furthest: the record, made on an AMD EPYC with AVX2, is
+    # reproduced there bit for bit; on an Intel Xeon with AVX-512 (oneDNN and MKL at their
+    # defaults) rounds 1-2 differ by up to 1.8e-5 relative in the losses and 3 of the 17,485 test
+    # samples (0.49 of the smallest client's test split in the client mean). A real change is
+    # far outside that: a step size 0.1 % larger moves the training loss by 2.5e-4 relative in
+    # round 0 and 4.3e-4 in round 2, and the weighted accuracy by 9-20 samples in rounds 1-2.
     def close(rnd: int, key: str, got: Any, want: Any) -> bool | None:
         if key in ("train_loss", "loss"):
-            return math.isclose(got, want, rel_tol=1e-6)  # float32 kernels (the Pa3dFL test)
-        # one test sample decided otherwise by another CPU's rounding (the FedCMD test)
+            return math.isclose(got, want, rel_tol=1e-4)
         if key == "accuracy":
             return abs(got - want) <= 1 / (len(tests) * min(tests)) + 1e-9
         if key == "accuracy_weighted":
-            return abs(got - want) <= 1 / sum(tests) + 1e-9
+            return abs(got - want) <= 5 / sum(tests) + 1e-9
         return None
 
     compare(record["rounds"][:ROUNDS], rows, close)

@@ -98,8 +98,9 @@ def _pruned(
     return slice_state(mine, index[pos]) if index else mine
 
 
-#: how many times a limited step is shortened and measured again (a fixed number: the decision
-#: stays on the device, so a round reads it back once, whatever the step needed)
+#: how many times a limited step is shortened and measured again (a fixed number on an
+#: accelerator: the decision stays on the device, so a round reads it back once, whatever the
+#: step needed; on the CPU the tries stop at the first that keeps the step, with the same result)
 LIMIT_TRIES = 4
 
 
@@ -178,6 +179,10 @@ def hypernetwork_step(
             for _ in range(LIMIT_TRIES):
                 excess = torch.maximum(gain, move) / max_gain
                 excess = torch.where(torch.isfinite(excess), excess, torch.full_like(excess, 10.0))
+                if excess.device.type == "cpu" and bool(excess <= 1.0):
+                    # where a read is free: a try that keeps the step changes nothing (the
+                    # parameters move by zero and the gains are measured again the same)
+                    break
                 new = torch.where(excess > 1.0, scale / excess.clamp_min(tiny), scale)
                 for p, g in moves:  # from −scale·lr·g to −new·lr·g
                     p.add_(g * (scale - new), alpha=lr)
