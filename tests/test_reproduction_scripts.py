@@ -211,6 +211,32 @@ def test_pa3dfl_five_epoch_tables_judge_pa3dfl_against_complete_rows(monkeypatch
     assert any(line.startswith("| pa3dfl-e5now-hetero-seed0 | entropy | 1.500") for line in lines)
 
 
+def test_pa3dfl_record_keeps_what_the_five_epoch_tables_read(monkeypatch, tmp_path):
+    """A run directory recorded by ``record`` gives the 5-epoch table its clipped steps and
+    non-finite rounds and the hyper-network table its values; the record names its machine."""
+    repro = _load("benchmarks/pa3dfl/reproduce.py")
+    run = tmp_path / "run"
+    run.mkdir()
+    layer = {"fc1": 1.5}
+    rows = [
+        {"round": 0, "train_loss": 0.5, "clipped_steps": 3, "hn_step_scale": 0.5},
+        {"round": 1, "train_loss": 0.4, "clipped_steps": 1, "accuracy": 0.9, "alpha_mean": 0.2}
+        | {"hn_entropy": layer, "hn_tau": {"fc1": 0.7}, "hn_spread": {"fc1": 0.4}},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "clients.json").write_text(json.dumps({"client_accuracy": [0.9]}))
+    monkeypatch.setattr(repro, "RECORDS", tmp_path / "records")
+    name = repro.e5_name("pa3dfl", 0)
+    repro.record(name, {"accuracy": {"final": 0.9}}, run)
+    recorded = repro.load(name)
+    assert recorded["rounds"] == rows
+    assert recorded["made"]["cpu"] and recorded["made"]["torch"]
+    lines = repro.report_e5()
+    pa3dfl = next(line for line in lines if line.startswith("| Pa3dFL |"))
+    assert pa3dfl.startswith("| Pa3dFL | 90.00 | — | — |") and pa3dfl.endswith("| 0 | 4 |")
+    assert any(line.startswith(f"| {name} | entropy | 1.500") for line in lines)
+
+
 def test_pa3dfl_five_epoch_paired_table_compares_the_same_clients(monkeypatch):
     """Client by client over the seeds both runs have: per-group mean differences and counts,
     computed by hand; a row whose capacities differ from Pa3dFL's is not paired."""

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch  # noqa: E402
 from runner import (  # noqa: E402
     ROOT,
     Job,
@@ -34,6 +35,8 @@ from runner import (  # noqa: E402
     selected_runs,
     verdict,
 )
+
+from fedpart.engine.placement import cpu_name  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "results"
@@ -318,6 +321,8 @@ def record(name: str, summary: dict, run_dir: Path) -> None:
         "hn_entropy_max",
         "hn_tau",
         "hn_spread",
+        "hn_step_scale",
+        "clipped_steps",
     )
     per_round = [{k: r[k] for k in keep if k in r} for r in rows if "stage" not in r]
     clients = json.loads((run_dir / "clients.json").read_text())
@@ -329,8 +334,12 @@ def record(name: str, summary: dict, run_dir: Path) -> None:
         "capacity_group_labels": clients.get("capacity_group_labels"),
     }
     RECORDS.mkdir(exist_ok=True)
+    # the machine that recorded it: other CPUs round float32 kernels differently
+    # (docs/reliability.md), so a rerun elsewhere is close to the record, not the same bits
+    made = {"cpu": cpu_name(), "torch": torch.__version__}
     text = json.dumps(
-        {"run": name, "summary": summary, "clients": per_client, "rounds": per_round}, indent=1
+        {"run": name, "summary": summary, "clients": per_client, "rounds": per_round, "made": made},
+        indent=1,
     )
     (RECORDS / f"{name}.json").write_text(text + "\n")
 
