@@ -244,3 +244,82 @@ def verdict(a: Sequence[float], b: Sequence[float]) -> tuple[float, str]:
     if diff < -spread:
         return diff, "reversed"
     return diff, "within the seed spread"
+
+
+# ---------------------------------------------------------------- the results page
+def _report_sections(report: str) -> list[tuple[str, list[str]]]:
+    """A report's ``### `` sections: (heading line, its lines, heading first, up to its last
+    table line)."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in report.splitlines():
+        if line.startswith("### "):
+            sections.append((line, [line]))
+        elif sections:
+            sections[-1][1].append(line)
+    out = []
+    for heading, lines in sections:
+        tables = [i for i, line in enumerate(lines) if line.startswith("|")]
+        last = tables[-1] if tables else max(i for i, line in enumerate(lines) if line.strip())
+        out.append((heading, lines[: last + 1]))
+    return out
+
+
+def _tables(lines: Sequence[str]) -> int:
+    """How many tables (runs of ``|`` lines) ``lines`` hold; minus its line count if none."""
+    count = sum(
+        1
+        for i, line in enumerate(lines)
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))
+    )
+    return count or -len(lines)
+
+
+def _page_span(page: list[str], heading: str, tables: int) -> tuple[int, int]:
+    """Where a report section stands on the page: from its heading through the end of its
+    ``tables``-th table (or up to the next heading, if the page has fewer); a section without
+    a table (``tables`` < 0: minus its line count) spans as many lines."""
+    if heading not in page:
+        raise ValueError(f"the page has no section {heading!r}")
+    start = page.index(heading)
+    if tables < 0:
+        return start, start - tables
+    seen = 0
+    for i in range(start + 1, len(page)):
+        line = page[i]
+        if line.startswith(("## ", "### ")):
+            return start, i
+        table = line.startswith("|")
+        if table and not page[i - 1].startswith("|"):
+            seen += 1
+        if table and seen == tables and (i + 1 == len(page) or not page[i + 1].startswith("|")):
+            return start, i + 1
+    return start, len(page)
+
+
+def sync_page(page: str, report: str) -> str:
+    """``page`` (a results page) with every ``### `` section of ``report`` (a reproduction
+    script's ``--report``) in place of the page's part under the same heading: the heading
+    through as many tables as the report's section has. The page's own text after them stays."""
+    lines = page.splitlines()
+    for heading, section in _report_sections(report):
+        start, end = _page_span(lines, heading, _tables(section))
+        heading_next = end < len(lines) and lines[end].startswith("#")
+        lines[start:end] = [*section, ""] if heading_next else section
+    return "\n".join(lines) + ("\n" if page.endswith("\n") else "")
+
+
+def stale_sections(page: str, report: str) -> list[str]:
+    """The headings of ``report`` whose part of ``page`` differs from the report's."""
+    lines = page.splitlines()
+    stale = []
+    for heading, section in _report_sections(report):
+        try:
+            start, end = _page_span(lines, heading, _tables(section))
+        except ValueError:
+            stale.append(heading)
+            continue
+        while end > start and not lines[end - 1].strip():
+            end -= 1
+        if lines[start:end] != section:
+            stale.append(heading)
+    return stale

@@ -364,3 +364,41 @@ def test_pa3dfl_five_epoch_runs_of_pa3dfl_clip_their_steps():
         assert guarded == (config == "pa3dfl") == ("-e5g-" in name), name
     assert repro.e5_name(repro.UNGUARDED, 1) == "pa3dfl-e5now-hetero-seed1"
     assert [s for _, s, _ in repro.e5_rows()][:2] == ["pa3dfl", repro.UNGUARDED]
+
+
+def test_results_page_sync_replaces_tables_and_keeps_the_pages_own_text():
+    report = "### A\n\ntext a\n\n| x |\n| - |\n| 2 |\n\n### B\n\n| y |\n| 3 |\n\n| z |\n| 4 |\n"
+    page = (
+        "# Page\n\n### A\n\ntext a\n\n| x |\n| - |\n| 1 |\n\nOwn words on A.\n\n"
+        "### B\n\n| y |\n| 3 |\n\n## End\n"
+    )
+    assert runner.stale_sections(page, report) == ["### A", "### B"]
+    synced = runner.sync_page(page, report)
+    assert synced == (
+        "# Page\n\n### A\n\ntext a\n\n| x |\n| - |\n| 2 |\n\nOwn words on A.\n\n"
+        "### B\n\n| y |\n| 3 |\n\n| z |\n| 4 |\n\n## End\n"
+    )
+    assert runner.stale_sections(synced, report) == []
+    with pytest.raises(ValueError, match="no section '### C'"):
+        runner.sync_page(page, report + "### C\n\n| c |\n")
+
+
+def test_pa3dfl_results_page_holds_the_reports_tables():
+    """docs/results/pa3dfl.md shows what the records give (``reproduce.py --report --page``)."""
+    repro = _load("benchmarks/pa3dfl/reproduce.py")
+    assert runner.stale_sections(repro.PAGE.read_text(), repro.report()) == []
+
+
+@pytest.mark.parametrize(
+    ("script", "page", "report"),
+    [
+        ("fedcmd", "fedcmd", "report"),
+        ("decentralized", "uapdfl", "report_uapdfl"),
+        ("decentralized", "dfedpgp", "report_dfedpgp"),
+    ],
+)
+def test_results_pages_hold_their_reports_tables(script, page, report):
+    """Each results page shows what its script's records give (``--report``'s sections)."""
+    repro = _load(f"benchmarks/{script}/reproduce.py")
+    text = (runner.ROOT / "docs" / "results" / f"{page}.md").read_text()
+    assert runner.stale_sections(text, getattr(repro, report)()) == []

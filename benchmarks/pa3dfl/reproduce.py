@@ -3,6 +3,7 @@
     python benchmarks/pa3dfl/reproduce.py --jobs 2                 # every run, then the tables
     python benchmarks/pa3dfl/reproduce.py --only hetero --jobs 2   # one experiment
     python benchmarks/pa3dfl/reproduce.py --report                 # tables from the records only
+    python benchmarks/pa3dfl/reproduce.py --report --page          # ... written into the page
     python benchmarks/pa3dfl/reproduce.py --scale paper ...        # the paper's budget (GPU work)
 
 Every run uses the paper's Fashion-MNIST protocol (``configs/pa3dfl/*.yaml``: IID over 100
@@ -33,6 +34,7 @@ from runner import (  # noqa: E402
     reproduction_parser,
     run_missing,
     selected_runs,
+    sync_page,
     verdict,
 )
 
@@ -40,6 +42,8 @@ from fedpart.engine.placement import cpu_name  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "results"
+#: the results page whose tables ``--page`` writes
+PAGE = ROOT / "docs" / "results" / "pa3dfl.md"
 
 #: what the CPU-scale variant cuts (the paper: 500 rounds, 20 of 100 clients per round, E = 5)
 SCALES = {
@@ -715,6 +719,11 @@ def main() -> None:
     ap = reproduction_parser(__doc__, list(experiments()))
     ap.add_argument("--out", default=str(HERE / "runs"))
     ap.add_argument("--scale", choices=sorted(SCALES), default="cpu")
+    ap.add_argument(
+        "--page",
+        action="store_true",
+        help=f"write the tables into {PAGE.relative_to(ROOT)} (the page's own text stays)",
+    )
     args = ap.parse_args()
     if not args.report:
         runs = selected_runs(ap, args, experiments())
@@ -745,7 +754,10 @@ def main() -> None:
                 )
             )
         run_missing(jobs, load, record, args.jobs, record_failure)
-    print(report())
+    text = report()
+    if args.page:
+        PAGE.write_text(sync_page(PAGE.read_text(), text))
+    print(text)
 
 
 if __name__ == "__main__":
