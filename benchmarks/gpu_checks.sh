@@ -1,6 +1,6 @@
 #!/bin/bash
 # Every GPU check of the repository in one command, sized for a short lease of a GPU machine
-# (at most 9.5 minutes: the step limits below, which the H100 run of 2026-11-26 fits): the smoke test's per-method checks and its kill-and-resume,
+# (at most 9.7 minutes: the step limits below; the second H100 lease of 2026-11-26 took 7.6): the smoke test's per-method checks and its kill-and-resume,
 # fedpart bench --device cuda, the batched-gap diagnosis and the round profile. Each step has
 # its own time limit and is interrupted with SIGINT (the smoke test still writes its report).
 #
@@ -38,10 +38,10 @@ except FedpartError as exc:
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     $py -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name())"
 } 2>&1 | tee "$out/env.txt"
-step "${SMOKE_S:-290}" smoke.log $py benchmarks/gpu_smoke.py --device cuda --rounds 3 \
+step "${SMOKE_S:-270}" smoke.log $py benchmarks/gpu_smoke.py --device cuda --rounds 3 \
     --kill-rounds 8 --skip timing --out "$out/gpu-smoke.md"
 step "${BENCH_S:-180}" bench.log $py -m fedpart.cli bench --device cuda --data-root "$data" \
     --repeats 3 --out "$out/gpu-bench.md"
-step "${GAP_S:-45}" gap.txt $py benchmarks/gpu_batched_gap.py --device cuda
-step "${PROFILE_S:-50}" profile.txt $py benchmarks/gpu_round_profile.py --device cuda \
+step "${GAP_S:-40}" gap.txt $py benchmarks/gpu_batched_gap.py --device cuda
+step "${PROFILE_S:-90}" profile.txt $py benchmarks/gpu_round_profile.py --device cuda \
     --data-root "$data" --workloads dfedpgp
