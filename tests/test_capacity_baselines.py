@@ -115,6 +115,29 @@ def test_tailorfl_filters_fit_the_width_and_differ_across_clients(tiny_cfg):
     assert torch.equal(index["fc2.weight"][1], algo.filters(0)["fc1"])
 
 
+def test_tailorfl_width_scaling_sends_w_over_p_and_weights_holders_n_over_p(tiny_cfg):
+    values = [0.25, 0.25, 1.0, 1.0, 1.0, 1.0]  # two clients of width 1/2
+    kw = {"capacity": "list", "capacity_values": values}
+    plain = _sim(tiny_cfg, "tailorfl", **kw).algorithm
+    scaled = _sim(tiny_cfg, "tailorfl", options={"width_scaling": True}, **kw).algorithm
+    for c, p in ((0, 0.5), (2, 1.0)):
+        a, b = plain.start_state(0, c), scaled.start_state(0, c)
+        assert all(torch.equal(b[k], a[k] / p) for k in a)
+        a, b = plain.eval_state(c), scaled.eval_state(c)
+        assert all(torch.equal(b[k], a[k] / p) for k in a)
+    # a narrow and a whole client both hold fc1's largest filters: the average weights them
+    # n / p (2:1 at equal n) after the narrow upload is multiplied back by p
+    before = {k: v.clone() for k, v in scaled.ctx.store.global_state.items()}
+    index = scaled.index_sets(0, 0)
+    rows = index["fc1.weight"][0]
+    uploads = {0: {k: torch.ones_like(v) for k, v in scaled.start_state(0, 0).items()}}
+    uploads[2] = {k: torch.zeros_like(v) for k, v in before.items()}
+    scaled.aggregate(0, uploads, {0: 1.0, 2: 1.0})
+    assert len(index["fc1.weight"]) == 1  # rows only: fc1 reads the whole input
+    got = scaled.ctx.store.global_state["fc1.weight"][rows]
+    assert torch.allclose(got, torch.full_like(got, 2 * 0.5 / 3))
+
+
 def test_tailorfl_filter_exchange_moves_towards_similar_clients():
     from fedpart.algorithms.tailorfl import exchange_filters
 

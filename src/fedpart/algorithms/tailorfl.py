@@ -38,6 +38,12 @@ class TailorFLOptions:
         "fraction of the layers (head counted) whose filters are chosen per client; "
         "the others keep the globally largest filters",
     )
+    width_scaling: bool = option(
+        False,
+        "send a client's submodel divided by its width p (the test model too), multiply its "
+        "upload by p and weight it n_i / p in the holder average, as a public FLGo "
+        "implementation for the Pa3dFL protocol does; off: plain slices, sample weights",
+    )
 
 
 def filter_magnitude(state: State, layer: str) -> torch.Tensor:
@@ -235,7 +241,23 @@ class TailorFL(WidthSliced):
         self._ensure_filters()
         return super().download_keys(rnd)
 
+    def start_state(self, rnd: int, client: int) -> State:
+        return self._scaled(super().start_state(rnd, client), client, -1)
+
+    def eval_state(self, client: int) -> State:
+        return self._scaled(super().eval_state(client), client, -1)
+
+    def _scaled(self, state: State, client: int, power: int) -> State:
+        """``state`` times ``p_i ** power`` under ``width_scaling`` (else unchanged)."""
+        p = self.width(client)
+        if not self.options.width_scaling or p >= 1.0:
+            return state
+        return {k: v * p**power if v.is_floating_point() else v for k, v in state.items()}
+
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
+        if self.options.width_scaling:
+            uploads = {c: self._scaled(s, c, 1) for c, s in uploads.items()}
+            weights = {c: w / self.width(c) for c, w in weights.items()}
         super().aggregate(rnd, uploads, weights)
         self.retune()
 

@@ -1,0 +1,139 @@
+"""Where TailorFL's accuracy goes at the end of a run: each client's personal filters against
+other selections of the same server model.
+
+    python benchmarks/pa3dfl/tailorfl_models.py benchmarks/pa3dfl/runs/tailorfl-e5now-hetero-seed0 \\
+        --against benchmarks/pa3dfl/results/heterofl-noscaler-e5-hetero-seed0.json
+
+Reads the run's last checkpoint (nothing is written) and evaluates, on every client's test split,
+the server model sliced to the client's width by:
+
+- ``own``: the client's filters (the shared layers' largest-norm filters and its personal
+  layers' own ones; what the run reports);
+- ``by norm``: the largest-norm filters in every layer, personal ones included (the selection
+  the shared layers use, the same nested set for every client of a width);
+- ``whole``: no slicing (the whole server model, for every client): what the union of the
+  clients' filters has learned.
+
+It prints their means per capacity group and, per personal layer, how the clients' filters
+overlap: the mean Jaccard index of two clients' sets, the filters no client holds, and the
+fewest and most holders of a filter. With ``--against RECORD`` (a finished run's record at the
+same seed) it adds that run's per-client accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from fedpart.algorithms.tailorfl import filter_magnitude, top_filters
+from fedpart.engine.capacity import group_labels
+from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
+from fedpart.engine.evaluation import evaluate_samples
+from fedpart.engine.simulation import Simulation
+from fedpart.errors import FedpartError
+from fedpart.models.width import kept_count, narrow_model, slice_state
+
+COLUMNS = ("own", "by norm", "whole")
+
+
+def evaluate(run: Path) -> tuple[list[dict], list[str], int]:
+    """Per client: width, capacity group and the accuracy (%) of each selection of ``COLUMNS``;
+    the lines on the personal layers' overlap; the rounds completed."""
+    rd = run_directory(run)
+    cfg, tensors, meta = read_checkpoint(rd, [])
+    if meta is None or tensors is None:
+        raise FedpartError(f"{run}: no checkpoint")
+    if cfg.algorithm.name != "tailorfl":
+        raise FedpartError(f"{run}: not a TailorFL run ({cfg.algorithm.name})")
+    sim = Simulation(cfg, run_dir=None, quiet=True)
+    restore(sim, rd, tensors, meta)
+    algo, data = sim.algorithm, sim.algorithm.ctx.data
+    state = algo.ctx.store.global_state
+    norms = {g: filter_magnitude(state, g) for g in algo.plan.groups}
+    rows = []
+    for c in range(data.num_clients):
+        p, index = algo.width(c), data.clients[c].test
+
+        def acc(model, st, index=index) -> float:
+            ok, _ = evaluate_samples(model, st, data, index, cfg.engine.eval_batch_size)
+            return 100 * float(ok.double().mean())
+
+        row = {"client": c, "width": p, "group": int(algo.ctx.capacity.groups[c])}
+        row["own"] = acc(algo.model_for(c), algo.eval_state(c))
+        if p < 1.0:
+            chans = {
+                g: top_filters(norms[g], kept_count(n, p)) for g, n in algo.plan.groups.items()
+            }
+            row["by norm"] = acc(
+                narrow_model(algo.ctx.model, p), slice_state(state, algo.plan.index_sets(chans))
+            )
+        else:
+            row["by norm"] = row["own"]
+        row["whole"] = acc(algo.ctx.model, state)
+        rows.append(row)
+    lines = []
+    for g in algo.personal_groups:
+        m = algo.member[g]
+        narrow = [c for c in range(m.shape[0]) if algo.width(c) < 1.0]
+        jac = [
+            float((m[a] * m[b]).sum() / ((m[a] + m[b]) > 0).sum())
+            for a, b in itertools.combinations(narrow, 2)
+        ]
+        holders = m.sum(0)
+        lines.append(
+            f"- {g}: {m.shape[1]} filters; mean Jaccard index of two narrower-than-whole clients' "
+            f"sets {statistics.mean(jac):.3f}; filters no client of width < 1 holds "
+            f"{int((m[narrow].sum(0) == 0).sum())}; holders per filter {int(holders.min())}–"
+            f"{int(holders.max())} of {m.shape[0]}"
+        )
+    return rows, lines, sim.rounds_completed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("run", type=Path, help="a TailorFL run directory with a checkpoint")
+    ap.add_argument("--against", type=Path, help="another run's record (same seed)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        against = None
+        if args.against is not None:
+            clients = json.loads(args.against.read_text())["clients"]
+            against = [100 * a for a in clients["accuracy"]]
+        rows, overlap, done = evaluate(args.run)
+    except (FedpartError, OSError, KeyError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if against is not None and len(against) != len(rows):
+        print(
+            f"error: {args.against} has {len(against)} clients, the run {len(rows)}",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"{args.run}: after {done} rounds; test accuracy (%), mean over clients\n")
+    head = ["clients", "clients (n)", *COLUMNS, *(["other run"] if against else [])]
+    print("| " + " | ".join(head) + " |\n|" + " --- |" * len(head))
+    subsets = [
+        (label, [r for r in rows if r["group"] == g]) for g, label in enumerate(group_labels())
+    ]
+    for label, subset in [*subsets, ("all", rows)]:
+        if not subset:
+            continue
+        cells = [label, str(len(subset))]
+        cells += [f"{statistics.mean(r[k] for r in subset):.2f}" for k in COLUMNS]
+        if against:
+            cells.append(f"{statistics.mean(against[r['client']] for r in subset):.2f}")
+        print("| " + " | ".join(cells) + " |")
+    print("\nPersonal layers, after the last round:\n")
+    print("\n".join(overlap))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
