@@ -10,7 +10,8 @@ the server model sliced to the client's width by:
 - ``own``: the client's filters (the shared layers' largest-norm filters and its personal
   layers' own ones; what the run reports);
 - ``by norm``: the largest-norm filters in every layer, personal ones included (the selection
-  the shared layers use, the same nested set for every client of a width);
+  the shared layers use, the same nested set for every client of a width), divided by the
+  width under ``width_scaling`` as the client's own test model is;
 - ``whole``: no slicing (the whole server model, for every client): what the union of the
   clients' filters has learned.
 
@@ -71,7 +72,8 @@ def evaluate(run: Path) -> tuple[list[dict], list[str], int]:
                 g: top_filters(norms[g], kept_count(n, p)) for g, n in algo.plan.groups.items()
             }
             row["by norm"] = acc(
-                narrow_model(algo.ctx.model, p), slice_state(state, algo.plan.index_sets(chans))
+                narrow_model(algo.ctx.model, p),
+                algo.width_scaled(slice_state(state, algo.plan.index_sets(chans)), c, -1),
             )
         else:
             row["by norm"] = row["own"]

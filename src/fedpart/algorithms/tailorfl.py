@@ -242,12 +242,12 @@ class TailorFL(WidthSliced):
         return super().download_keys(rnd)
 
     def start_state(self, rnd: int, client: int) -> State:
-        return self._scaled(super().start_state(rnd, client), client, -1)
+        return self.width_scaled(super().start_state(rnd, client), client, -1)
 
     def eval_state(self, client: int) -> State:
-        return self._scaled(super().eval_state(client), client, -1)
+        return self.width_scaled(super().eval_state(client), client, -1)
 
-    def _scaled(self, state: State, client: int, power: int) -> State:
+    def width_scaled(self, state: State, client: int, power: int) -> State:
         """``state`` times ``p_i ** power`` under ``width_scaling`` (else unchanged)."""
         p = self.width(client)
         if not self.options.width_scaling or p >= 1.0:
@@ -256,7 +256,7 @@ class TailorFL(WidthSliced):
 
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:
         if self.options.width_scaling:
-            uploads = {c: self._scaled(s, c, 1) for c, s in uploads.items()}
+            uploads = {c: self.width_scaled(s, c, 1) for c, s in uploads.items()}
             weights = {c: w / self.width(c) for c, w in weights.items()}
         super().aggregate(rnd, uploads, weights)
         self.retune()
