@@ -361,3 +361,37 @@ def test_capacity_baselines_resume_bit_identical(tiny_cfg, tmp_path, algorithm):
     else:
         cfg = _cfg(tiny_cfg, algorithm)
     assert_resume_bit_identical(cfg, tmp_path)
+
+
+def test_tailorfl_models_script_reproduces_the_reported_client_accuracies(
+    tiny_cfg, tmp_path, capsys, monkeypatch
+):
+    """``benchmarks/pa3dfl/tailorfl_models.py`` rebuilds every client's test model from the last
+    checkpoint: its ``own`` column equals the accuracies the run reported, client by client, at
+    the whole width the three selections agree, and without a checkpoint it is one line, exit 2."""
+    import importlib.util
+
+    from fedpart import api
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "pa3dfl"
+    monkeypatch.syspath_prepend(str(folder))
+    spec = importlib.util.spec_from_file_location("tailorfl_models", folder / "tailorfl_models.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tiny_cfg["model"]["hidden"] = [32, 32]  # fc1 shared, fc2 personal
+    for scaling in (False, True):
+        cfg = _cfg(tiny_cfg, "tailorfl", rounds=2, options={"width_scaling": scaling})
+        cfg["output"] = {"dir": str(tmp_path / f"run{scaling}"), "checkpoint_every": 1}
+        api.run(cfg)
+        run = tmp_path / f"run{scaling}"
+        reported = json.loads((run / "clients.json").read_text())["client_accuracy"]
+        rows, overlap, done = script.evaluate(run)
+        assert done == 2
+        assert [r["own"] for r in rows] == pytest.approx([100 * a for a in reported], abs=1e-9)
+        whole = [r for r in rows if r["width"] >= 1.0]
+        assert whole and all(r["own"] == r["by norm"] == r["whole"] for r in whole)
+        assert overlap and all("Jaccard" in line for line in overlap)
+    assert script.main([str(run)]) == 0
+    assert "| all | 6 |" in capsys.readouterr().out
+    assert script.main([str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

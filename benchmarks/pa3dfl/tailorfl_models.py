@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -33,12 +32,9 @@ from pathlib import Path
 import torch
 
 from fedpart.algorithms.tailorfl import filter_magnitude, top_filters
-from fedpart.engine.capacity import group_labels
-from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
 from fedpart.engine.evaluation import evaluate_samples
-from fedpart.engine.simulation import Simulation
-from fedpart.errors import FedpartError
 from fedpart.models.width import kept_count, narrow_model, slice_state
+from test_models import report, restored_run
 
 COLUMNS = ("own", "by norm", "whole")
 
@@ -46,14 +42,7 @@ COLUMNS = ("own", "by norm", "whole")
 def evaluate(run: Path) -> tuple[list[dict], list[str], int]:
     """Per client: width, capacity group and the accuracy (%) of each selection of ``COLUMNS``;
     the lines on the personal layers' overlap; the rounds completed."""
-    rd = run_directory(run)
-    cfg, tensors, meta = read_checkpoint(rd, [])
-    if meta is None or tensors is None:
-        raise FedpartError(f"{run}: no checkpoint")
-    if cfg.algorithm.name != "tailorfl":
-        raise FedpartError(f"{run}: not a TailorFL run ({cfg.algorithm.name})")
-    sim = Simulation(cfg, run_dir=None, quiet=True)
-    restore(sim, rd, tensors, meta)
+    cfg, sim = restored_run(run, "tailorfl")
     algo, data = sim.algorithm, sim.algorithm.ctx.data
     state = algo.ctx.store.global_state
     norms = {g: filter_magnitude(state, g) for g in algo.plan.groups}
@@ -103,35 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", type=Path, help="another run's record (same seed)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    try:
-        against = None
-        if args.against is not None:
-            clients = json.loads(args.against.read_text())["clients"]
-            against = [100 * a for a in clients["accuracy"]]
-        rows, overlap, done = evaluate(args.run)
-    except (FedpartError, OSError, KeyError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if against is not None and len(against) != len(rows):
-        print(
-            f"error: {args.against} has {len(against)} clients, the run {len(rows)}",
-            file=sys.stderr,
-        )
-        return 2
-    print(f"{args.run}: after {done} rounds; test accuracy (%), mean over clients\n")
-    head = ["clients", "clients (n)", *COLUMNS, *(["other run"] if against else [])]
-    print("| " + " | ".join(head) + " |\n|" + " --- |" * len(head))
-    subsets = [
-        (label, [r for r in rows if r["group"] == g]) for g, label in enumerate(group_labels())
-    ]
-    for label, subset in [*subsets, ("all", rows)]:
-        if not subset:
-            continue
-        cells = [label, str(len(subset))]
-        cells += [f"{statistics.mean(r[k] for r in subset):.2f}" for k in COLUMNS]
-        if against:
-            cells.append(f"{statistics.mean(against[r['client']] for r in subset):.2f}")
-        print("| " + " | ".join(cells) + " |")
+    overlap: list[str] = []
+
+    def rows_and_rounds() -> tuple[list[dict], int]:
+        rows, lines, done = evaluate(args.run)
+        overlap.extend(lines)
+        return rows, done
+
+    code, _ = report(args.run, args.against, rows_and_rounds, COLUMNS, "own")
+    if code:
+        return code
     print("\nPersonal layers, after the last round:\n")
     print("\n".join(overlap))
     return 0
