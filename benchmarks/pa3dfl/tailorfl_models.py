@@ -34,7 +34,9 @@ import torch
 from fedpart.algorithms.tailorfl import filter_magnitude, top_filters
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.models.width import kept_count, narrow_model, slice_state
-from test_models import report, restored_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from client_tables import report, restored_run  # noqa: E402
 
 COLUMNS = ("own", "by norm", "whole")
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +35,12 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from fedpart.engine.capacity import group_labels
-from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
 from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.functional import call_method
-from fedpart.engine.simulation import Simulation
-from fedpart.errors import FedpartError
 
-NARROW = 3 / 16
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from client_tables import report, restored_run  # noqa: E402
+
 COLUMNS = ("test", "received", "received, local head")
 FITTED = "received, fitted head"
 
@@ -66,20 +62,6 @@ def fitted_head_accuracy(
     head = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
     head.fit(z_fit, y_fit)
     return 100 * float(head.score(z_test, y_test))
-
-
-def restored_run(run: Path, algorithm: str) -> tuple[Any, Simulation]:
-    """The config and a simulation restored from the last checkpoint of ``run``, a run of
-    ``algorithm`` (nothing is written)."""
-    rd = run_directory(run)
-    cfg, tensors, meta = read_checkpoint(rd, [])
-    if meta is None or tensors is None:
-        raise FedpartError(f"{run}: no checkpoint")
-    if cfg.algorithm.name != algorithm:
-        raise FedpartError(f"{run}: not a {algorithm} run ({cfg.algorithm.name})")
-    sim = Simulation(cfg, run_dir=None, quiet=True)
-    restore(sim, rd, tensors, meta)
-    return cfg, sim
 
 
 def client_accuracies(run: Path, fitted_head: bool = False) -> tuple[list[dict], int]:
@@ -115,69 +97,6 @@ def client_accuracies(run: Path, fitted_head: bool = False) -> tuple[list[dict],
     return out, sim.rounds_completed
 
 
-def table(
-    rows: list[dict],
-    against: list[float] | None,
-    columns: Sequence[str] | None = None,
-    reference: str = "test",
-) -> list[str]:
-    """Means per capacity group, over the narrowest clients and over all clients, of
-    ``columns`` (default: this script's) and, with ``against``, the other run's and
-    ``reference`` minus it."""
-    labels = group_labels()
-    subsets = [(label, [r for r in rows if r["group"] == g]) for g, label in enumerate(labels)]
-    subsets.append((f"width ≤ {round(NARROW * 16)}/16", [r for r in rows if r["width"] <= NARROW]))
-    subsets.append(("all", rows))
-    if columns is None:
-        columns = [*COLUMNS, *([FITTED] if FITTED in rows[0] else [])]
-    head = ["clients", "clients (n)", *columns]
-    if against is not None:
-        head += ["other run", f"{reference} − other run"]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for label, subset in subsets:
-        if not subset:
-            continue
-        cells = [label, str(len(subset))]
-        cells += [f"{statistics.mean(r[k] for r in subset):.2f}" for k in columns]
-        if against is not None:
-            theirs = [against[r["client"]] for r in subset]
-            cells.append(f"{statistics.mean(theirs):.2f}")
-            diff = statistics.mean(r[reference] - t for r, t in zip(subset, theirs, strict=True))
-            cells.append(f"{diff:+.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def report(
-    run: Path,
-    against_path: Path | None,
-    evaluate: Callable[[], tuple[list[dict], int]],
-    columns: Sequence[str] | None = None,
-    reference: str = "test",
-) -> tuple[int, list[dict]]:
-    """Evaluate the run (``evaluate`` returns the per-client rows and the rounds completed) and
-    print its table, with ``against_path``'s per-client accuracy (a record of the same seed);
-    returns the exit code (2, after one line, on bad input) and the rows."""
-    try:
-        against = None
-        if against_path is not None:
-            clients = json.loads(against_path.read_text())["clients"]
-            against = [100 * a if a is not None else float("nan") for a in clients["accuracy"]]
-        rows, done = evaluate()
-    except (FedpartError, OSError, KeyError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2, []
-    if against is not None and len(against) != len(rows):
-        print(
-            f"error: {against_path} has {len(against)} clients, the run {len(rows)}",
-            file=sys.stderr,
-        )
-        return 2, []
-    print(f"{run}: after {done} rounds; test accuracy (%), mean over clients\n")
-    print("\n".join(table(rows, against, columns, reference)))
-    return 0, rows
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("run", type=Path, help="a Pa3dFL run directory with a checkpoint")
@@ -188,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    columns = [*COLUMNS, *([FITTED] if args.fitted_head else [])]
     code, rows = report(
-        args.run, args.against, lambda: client_accuracies(args.run, args.fitted_head)
+        args.run, args.against, lambda: client_accuracies(args.run, args.fitted_head), columns
     )
     if code:
         return code

@@ -1,0 +1,94 @@
+"""What ``test_models.py`` and ``tailorfl_models.py`` share: a run restored from its last
+checkpoint, and the table of per-client accuracies by capacity group against another run."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedpart.engine.capacity import group_labels
+from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
+from fedpart.engine.simulation import Simulation
+from fedpart.errors import FedpartError
+
+#: the narrowest clients' width (the table's "width ≤ 3/16" row)
+NARROW = 3 / 16
+
+
+def restored_run(run: Path, algorithm: str) -> tuple[Any, Simulation]:
+    """The config and a simulation restored from the last checkpoint of ``run``, a run of
+    ``algorithm`` (nothing is written)."""
+    rd = run_directory(run)
+    cfg, tensors, meta = read_checkpoint(rd, [])
+    if meta is None or tensors is None:
+        raise FedpartError(f"{run}: no checkpoint")
+    if cfg.algorithm.name != algorithm:
+        raise FedpartError(f"{run}: not a {algorithm} run ({cfg.algorithm.name})")
+    sim = Simulation(cfg, run_dir=None, quiet=True)
+    restore(sim, rd, tensors, meta)
+    return cfg, sim
+
+
+def table(
+    rows: list[dict],
+    against: list[float] | None,
+    columns: Sequence[str],
+    reference: str = "test",
+) -> list[str]:
+    """Means per capacity group, over the narrowest clients and over all clients, of
+    ``columns`` and, with ``against``, the other run's and
+    ``reference`` minus it."""
+    labels = group_labels()
+    subsets = [(label, [r for r in rows if r["group"] == g]) for g, label in enumerate(labels)]
+    subsets.append((f"width ≤ {round(NARROW * 16)}/16", [r for r in rows if r["width"] <= NARROW]))
+    subsets.append(("all", rows))
+    head = ["clients", "clients (n)", *columns]
+    if against is not None:
+        head += ["other run", f"{reference} − other run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for label, subset in subsets:
+        if not subset:
+            continue
+        cells = [label, str(len(subset))]
+        cells += [f"{statistics.mean(r[k] for r in subset):.2f}" for k in columns]
+        if against is not None:
+            theirs = [against[r["client"]] for r in subset]
+            cells.append(f"{statistics.mean(theirs):.2f}")
+            diff = statistics.mean(r[reference] - t for r, t in zip(subset, theirs, strict=True))
+            cells.append(f"{diff:+.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def report(
+    run: Path,
+    against_path: Path | None,
+    evaluate: Callable[[], tuple[list[dict], int]],
+    columns: Sequence[str],
+    reference: str = "test",
+) -> tuple[int, list[dict]]:
+    """Evaluate the run (``evaluate`` returns the per-client rows and the rounds completed) and
+    print its table, with ``against_path``'s per-client accuracy (a record of the same seed);
+    returns the exit code (2, after one line, on bad input) and the rows."""
+    try:
+        against = None
+        if against_path is not None:
+            clients = json.loads(against_path.read_text())["clients"]
+            against = [100 * a if a is not None else float("nan") for a in clients["accuracy"]]
+        rows, done = evaluate()
+    except (FedpartError, OSError, KeyError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2, []
+    if against is not None and len(against) != len(rows):
+        print(
+            f"error: {against_path} has {len(against)} clients, the run {len(rows)}",
+            file=sys.stderr,
+        )
+        return 2, []
+    print(f"{run}: after {done} rounds; test accuracy (%), mean over clients\n")
+    print("\n".join(table(rows, against, columns, reference)))
+    return 0, rows
