@@ -380,7 +380,14 @@ def test_tailorfl_models_script_reproduces_the_reported_client_accuracies(
     spec.loader.exec_module(script)
     tiny_cfg["model"]["hidden"] = [32, 32]  # fc1 shared, fc2 personal
     for scaling in (False, True):
-        cfg = _cfg(tiny_cfg, "tailorfl", rounds=2, options={"width_scaling": scaling})
+        cfg = _cfg(
+            tiny_cfg,
+            "tailorfl",
+            rounds=2,
+            options={"width_scaling": scaling},
+            capacity="list",
+            capacity_values=[0.25] * 5 + [1.0],  # five clients of width 1/2
+        )
         cfg["output"] = {"dir": str(tmp_path / f"run{scaling}"), "checkpoint_every": 1}
         api.run(cfg)
         run = tmp_path / f"run{scaling}"
@@ -391,6 +398,14 @@ def test_tailorfl_models_script_reproduces_the_reported_client_accuracies(
         whole = [r for r in rows if r["width"] >= 1.0]
         assert whole and all(r["own"] == r["by norm"] == r["whole"] for r in whole)
         assert overlap and all("Jaccard" in line for line in overlap)
+        # the run logs the mechanism: the shared layer's sets are nested (clients of one width
+        # hold the same filters), the personal layer's differ
+        rows_logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        logged = [r for r in rows_logged if "tailorfl_overlap" in r]
+        assert len(logged) == 2
+        assert logged[-1]["tailorfl_overlap"]["fc1"] == 1.0
+        assert logged[-1]["tailorfl_overlap"]["fc2"] < 1.0
+        assert all(v >= 0 for r in logged for v in r["tailorfl_moved"].values())
     assert script.main([str(run)]) == 0
     assert "| all | 6 |" in capsys.readouterr().out
     assert script.main([str(tmp_path / "nothing")]) == 2

@@ -135,6 +135,7 @@ class TailorFL(WidthSliced):
             self.ctx.data.num_clients, dtype=torch.float64, device=self.ctx.device
         )
         self._client_index: dict[int, IndexSets] = {}
+        self._moved: dict[str, int] | None = None  # the last re-selection's, for round_metrics
 
     # ------------------------------------------------------------ filters
     def filters(self, client: int) -> dict[str, torch.Tensor]:
@@ -266,6 +267,7 @@ class TailorFL(WidthSliced):
         model's norms, the personal layers' by :func:`exchange_filters`."""
         n = self.ctx.data.num_clients
         state = self.ctx.store.global_state
+        before = {g: m.clone() for g, m in self.member.items()}
         for g in self.shared_groups:
             score = filter_magnitude(state, g)
             self._set_member(g, [top_filters(score, k) for k in self._counts(g)])
@@ -278,6 +280,28 @@ class TailorFL(WidthSliced):
                 limit = int(self.options.swap * min(k, size - k))
                 rows.append(exchange_filters(member, self.corr, c, limit).nonzero().flatten())
             self._set_member(g, rows)
+        self._moved = {
+            g: int((self.member[g] - m).abs().sum().item()) // 2 for g, m in before.items()
+        }
+
+    def round_metrics(self) -> dict[str, Any]:
+        """The mechanism per channel group: ``tailorfl_moved``, the filters that left the
+        clients' sets in this round's re-selection (summed over clients; shared groups by the new
+        norms, personal ones by the exchange), and ``tailorfl_overlap``, the mean Jaccard index
+        of two narrower-than-whole clients' sets (1: everyone holds the same filters)."""
+        moved, self._moved = self._moved, None
+        if moved is None:
+            return {}
+        narrow = [c for c in range(self.ctx.data.num_clients) if self.width(c) < 1.0]
+        overlap = {}
+        if len(narrow) > 1:
+            for g, m in self.member.items():
+                m = m[narrow]
+                inter = m @ m.T
+                union = m.sum(1)[:, None] + m.sum(1)[None, :] - inter
+                off = ~torch.eye(len(narrow), dtype=torch.bool, device=m.device)
+                overlap[g] = round(float((inter / union)[off].mean()), 6)
+        return {"tailorfl_moved": moved, "tailorfl_overlap": overlap}
 
     def state_restored(self) -> None:
         super().state_restored()
