@@ -230,18 +230,30 @@ def test_flanc_on_the_paper_cnn_is_the_cost_tables_flanc_model():
 
 # ------------------------------------------------------------------------------ pFedGate
 @pytest.mark.parametrize("sparsity", [0.05, 0.3, 0.7])
-def test_pfedgate_masks_respect_the_sparsity_and_are_block_sparse(sparsity):
+@pytest.mark.parametrize("selection", ["public", "global"])
+def test_pfedgate_masks_respect_the_sparsity_and_are_block_sparse(sparsity, selection):
     from fedpart.models import MLP
     from fedpart.models.gated import GatedModel
 
     torch.manual_seed(0)
-    model = GatedModel(MLP(10, (64,), hidden=[32, 16]), (64,), blocks=5, sparsity=sparsity)
+    model = GatedModel(
+        MLP(10, (64,), hidden=[32, 16]), (64,), blocks=5, sparsity=sparsity, selection=selection
+    )
     torch.nn.init.normal_(model.gate.weight, std=0.5)
     x = torch.randn(8, 64)
     m = model.mask(x)
     assert m.shape == (model.num_blocks,) == (6 * 5,)  # 3 layers × (weight, bias) × B
     kept = m > 0
-    assert 0 < float(model._sizes[kept].sum()) <= sparsity * float(model._sizes.sum())
+    sizes = model._sizes
+    if selection == "global":
+        assert 0 < float(sizes[kept].sum()) <= sparsity * float(sizes.sum())
+    else:  # every tensor's first block, and the rest of each group within (s - m) of it
+        first = model._first
+        assert kept[first].all()
+        floor = min(0.2, sparsity)
+        for group in (model._linear & ~first, ~model._linear & ~first):
+            within = round(float(sizes[group].sum()) * (sparsity - floor))
+            assert float(sizes[group & kept].sum()) <= within
     gated = model.gated_parameters(m)
     for name, p in model.net.named_parameters():
         rows = model._rows[name]
@@ -255,6 +267,33 @@ def test_pfedgate_masks_respect_the_sparsity_and_are_block_sparse(sparsity):
     loss = F.cross_entropy(model(x), torch.arange(8) % 10)
     (grad,) = torch.autograd.grad(loss, [model.gate.weight])
     assert grad.abs().sum() > 0
+
+
+def test_pfedgate_public_selection_never_cuts_a_layer_where_the_global_knapsack_does():
+    """The Pa3dFL CNN's fc1 weight holds 93 % of its parameters: one knapsack within s = 0.1
+    drops all of it (the model's output then ignores its input, so narrow clients sit at chance);
+    pFedGate's public rule keeps every tensor's first block."""
+    from fedpart.models.cnn import Pa3dFLCNN
+    from fedpart.models.gated import GatedModel
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 1, 28, 28)
+    out = {}
+    for selection in ("public", "global"):
+        model = GatedModel(
+            Pa3dFLCNN(10, (1, 28, 28), variant="fmnist"), (1, 28, 28), selection=selection
+        )
+        model.train()
+        narrow = model.with_sparsity(0.1)
+        narrow.mask(x)
+        out[selection] = model.take_stats()[0.1]
+        y = narrow(x)
+        out[selection] += (float((y - y.mean(0)).abs().max().detach()),)
+    batches, kept, cut, spread = out["global"]
+    assert (batches, cut) == (1, 1) and kept <= 0.1 and spread == 0  # one output for all
+    batches, kept, cut, spread = out["public"]
+    assert (batches, cut) == (1, 0) and spread > 1e-5
+    assert kept == pytest.approx(0.2, abs=0.01)  # about 1/B of every tensor, above s
 
 
 def test_pfedgate_at_full_sparsity_starts_as_the_global_model():

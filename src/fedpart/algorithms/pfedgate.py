@@ -15,7 +15,7 @@ from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine.recipe import Recipe
 from fedpart.models.base import BlockModel
-from fedpart.models.gated import GatedModel
+from fedpart.models.gated import SELECTIONS, GatedModel
 
 
 @dataclasses.dataclass
@@ -23,6 +23,12 @@ class PFedGateOptions:
     blocks: int = option(5, "split number B: blocks per parameter tensor (>= 1)", ge=1)
     gate_lr: float = option(
         0.05, "the gating layer's learning rate (decayed with federation.lr; > 0)", gt=0
+    )
+    selection: str = option(
+        "public",
+        "how blocks are picked: public (pFedGate's code: every tensor's first block kept, the"
+        " rest by knapsack per linear/other group) or global (one knapsack within s)",
+        choices=SELECTIONS,
     )
 
 
@@ -68,7 +74,9 @@ class PFedGate(Algorithm):
 
     def wrap_model(self, model: BlockModel) -> BlockModel:
         shape = tuple(self.ctx.data.bundle.input_shape)
-        return GatedModel(model, shape, blocks=self.options.blocks)
+        return GatedModel(
+            model, shape, blocks=self.options.blocks, selection=self.options.selection
+        )
 
     def setup(self) -> None:
         self._models: dict[float, Any] = {}
@@ -87,6 +95,19 @@ class PFedGate(Algorithm):
         if s not in self._models:
             self._models[s] = self.ctx.model.with_sparsity(s)  # type: ignore[operator]
         return self._models[s]
+
+    def round_metrics(self) -> dict[str, Any]:
+        """The mechanism in the round's training batches: ``pfedgate_kept``, per sparsity, the
+        mean fraction of the parameters the gated models kept, and ``pfedgate_cut``, the batches
+        in which some parameter tensor kept no block (the model's output then ignores its
+        input)."""
+        stats = self.ctx.model.take_stats()  # type: ignore[operator]
+        if not stats:
+            return {}
+        return {
+            "pfedgate_kept": {f"{s:g}": round(k, 6) for s, (_, k, _) in sorted(stats.items())},
+            "pfedgate_cut": sum(c for _, _, c in stats.values()),
+        }
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         scale = self.options.gate_lr / self.ctx.cfg.federation.lr

@@ -3,10 +3,20 @@
 Every parameter tensor of the wrapped model is split into ``B`` blocks of consecutive rows
 (output units). A gating layer maps each sample to one score per block, ``2·σ(W·flatten(x) + b)``
 in ``(0, 2)``, and the scores are averaged over the batch (batch-level gating). Under a sparsity
-``s`` (the kept fraction of parameters), a knapsack picks the blocks: greedily by score per
-parameter, each block taken while the kept parameters stay within ``s`` of the total. A kept
-block is multiplied by its score, a dropped one by zero, so the model a batch runs is block-sparse
-and the scores are trained through the kept blocks.
+``s`` (the kept fraction of parameters) the blocks are chosen by one of two rules:
+
+- ``"public"`` (pFedGate's public code, "to avoid cutting info flow"): the first block of every
+  tensor is always kept, and the other blocks are chosen greedily by score per parameter,
+  separately for the linear layers' tensors and the others, each group within ``(s − m)`` of its
+  non-first blocks' parameters, ``m = min(max(1/B, 0.1), s)``. No
+  tensor is ever cut to zero; below ``s ≈ 1/B`` the model keeps about ``1/B`` of every tensor,
+  more than ``s``.
+- ``"global"``: one greedy knapsack over all blocks, each taken while the kept parameters stay
+  within ``s`` of the total. Never above ``s``, but when one tensor holds most parameters a small
+  ``s`` can drop every block of it, and the model's output no longer depends on its input.
+
+A kept block is multiplied by its score, a dropped one by zero, so the model a batch runs is
+block-sparse and the scores are trained through the kept blocks.
 
 The wrapper is a :class:`BlockModel` with blocks ``gate`` (the gating layer), ``net`` (the wrapped
 model, whose keys keep their names under ``net.``) and ``out`` (an empty head): the whole gated
@@ -23,7 +33,9 @@ from torch.func import functional_call
 
 from fedpart.models.base import BlockModel
 
-__all__ = ["GatedModel", "block_rows", "knapsack"]
+__all__ = ["SELECTIONS", "GatedModel", "block_rows", "knapsack", "public_selection"]
+
+SELECTIONS = ("public", "global")
 
 
 def block_rows(rows: int, blocks: int) -> list[Tensor]:
@@ -48,11 +60,32 @@ def knapsack(scores: Tensor, sizes: Tensor, sparsity: float) -> Tensor:
     return keep.to(scores.device)
 
 
+def public_selection(
+    scores: Tensor, sizes: Tensor, first: Tensor, linear: Tensor, sparsity: float, floor: float
+) -> Tensor:
+    """pFedGate's public rule: every ``first`` block kept; the others by :func:`knapsack`,
+    separately among the ``linear`` blocks and the rest, each group within ``(s − floor)`` of its
+    non-first blocks' parameters. Boolean, per block."""
+    if sparsity >= 1.0:
+        return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    keep = first.clone()
+    for group in (linear & ~first, ~linear & ~first):
+        idx = group.nonzero().flatten()
+        if idx.numel():
+            total = float(sizes[idx].sum())
+            budget = round(total * (sparsity - floor)) / total
+            keep[idx] = knapsack(scores[idx], sizes[idx], budget).to(keep.device)
+    return keep.to(scores.device)
+
+
 class GatedModel(BlockModel):
     """``net`` under pFedGate's block gating at ``sparsity`` (the kept fraction, in (0, 1]).
 
-    ``blocks`` is pFedGate's split number ``B``. The gating layer starts at zero, so every score is
-    1 and, at sparsity 1, the gated model is ``net`` itself.
+    ``blocks`` is pFedGate's split number ``B``; ``selection`` the rule that picks the blocks
+    (:data:`SELECTIONS`, the module's docstring). The gating layer starts at zero, so every score
+    is 1 and, at sparsity 1, the gated model is ``net`` itself. While training, the model counts
+    per sparsity the batches, the kept fraction of the parameters and the batches in which some
+    tensor kept no block (:meth:`take_stats`).
     """
 
     def __init__(
@@ -62,9 +95,23 @@ class GatedModel(BlockModel):
         *,
         blocks: int = 5,
         sparsity: float = 1.0,
+        selection: str = "public",
     ) -> None:
         super().__init__()
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, not {selection!r}")
         self.sparsity = float(sparsity)
+        self.selection = selection
+        self.blocks = int(blocks)
+        self._stats: dict[float, list[float]] = {}  # shared by the views of other sparsities
+        linear_params = {
+            f"{m}.{k}" if m else k
+            for m, mod in net.named_modules()
+            if isinstance(mod, nn.Linear)
+            for k, _ in mod.named_parameters(recurse=False)
+        }
+        first: list[bool] = []
+        linear: list[bool] = []
         names = [k for k, _ in net.named_parameters()]
         shapes = {k: p.shape for k, p in net.named_parameters()}
         self._rows: dict[str, Tensor] = {}  # per parameter: the block of each row
@@ -73,11 +120,19 @@ class GatedModel(BlockModel):
             rows = shapes[name][0] if len(shapes[name]) else 1
             ids = torch.empty(rows, dtype=torch.long)
             per_row = math.prod(shapes[name][1:]) if len(shapes[name]) > 1 else 1
-            for chunk in block_rows(rows, blocks):
+            for j, chunk in enumerate(block_rows(rows, blocks)):
                 ids[chunk] = len(sizes)
                 sizes.append(chunk.numel() * per_row)
+                first.append(j == 0)
+                linear.append(name in linear_params)
             self._rows[name] = ids
         self._sizes = torch.tensor(sizes, dtype=torch.float64)
+        self._first = torch.tensor(first, dtype=torch.bool)
+        self._linear = torch.tensor(linear, dtype=torch.bool)
+        self._tensor_of = torch.tensor(
+            [i for i, name in enumerate(names) for _ in self._rows[name].unique()],
+            dtype=torch.long,
+        )
         self.gate = nn.Linear(math.prod(input_shape), len(sizes))
         nn.init.zeros_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)
@@ -97,8 +152,33 @@ class GatedModel(BlockModel):
     def mask(self, x: Tensor) -> Tensor:
         """Per block: its score if the knapsack keeps it, else 0."""
         g = self.scores(x)
-        keep = knapsack(g.detach(), self._sizes.to(g.device), self.sparsity)
+        sizes = self._sizes.to(g.device)
+        if self.selection == "public":
+            floor = min(max(1.0 / self.blocks, 0.1), self.sparsity)
+            keep = public_selection(
+                g.detach(), sizes, self._first, self._linear, self.sparsity, floor
+            )
+        else:
+            keep = knapsack(g.detach(), sizes, self.sparsity)
+        if self.training and keep.device.type != "meta":  # not a shapes-only cost run
+            self._count(keep.cpu())
         return g * keep.to(g.dtype)
+
+    def _count(self, keep: Tensor) -> None:
+        kept = float(self._sizes[keep].sum() / self._sizes.sum())
+        alive = torch.zeros(int(self._tensor_of.max()) + 1, dtype=torch.bool)
+        alive[self._tensor_of[keep]] = True
+        row = self._stats.setdefault(self.sparsity, [0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += kept
+        row[2] += float(not bool(alive.all()))
+
+    def take_stats(self) -> dict[float, tuple[int, float, int]]:
+        """Per sparsity, since the last call: ``(batches, mean kept fraction of the parameters,
+        batches in which some parameter tensor kept no block)``; then the counts restart."""
+        out = {s: (int(n), k / n, int(c)) for s, (n, k, c) in self._stats.items() if n}
+        self._stats.clear()
+        return out
 
     def gated_parameters(self, m: Tensor) -> dict[str, Tensor]:
         """``net``'s parameters with each block scaled by its entry of ``m``."""
