@@ -152,17 +152,20 @@ class GatedModel(BlockModel):
     def mask(self, x: Tensor) -> Tensor:
         """Per block: its score if the knapsack keeps it, else 0."""
         g = self.scores(x)
-        sizes = self._sizes.to(g.device)
-        if self.selection == "public":
-            floor = min(max(1.0 / self.blocks, 0.1), self.sparsity)
-            keep = public_selection(
-                g.detach(), sizes, self._first, self._linear, self.sparsity, floor
-            )
-        else:
-            keep = knapsack(g.detach(), sizes, self.sparsity)
-        if self.training and keep.device.type != "meta":  # not a shapes-only cost run
-            self._count(keep.cpu())
-        return g * keep.to(g.dtype)
+        if self.sparsity >= 1.0:
+            keep = torch.ones(self.num_blocks, dtype=torch.bool)
+        else:  # on the CPU: the greedy walk reads every score anyway
+            scores = g.detach().cpu()
+            if self.selection == "public":
+                floor = min(max(1.0 / self.blocks, 0.1), self.sparsity)
+                keep = public_selection(
+                    scores, self._sizes, self._first, self._linear, self.sparsity, floor
+                )
+            else:
+                keep = knapsack(scores, self._sizes, self.sparsity)
+        if self.training and g.device.type != "meta":  # not a shapes-only cost run
+            self._count(keep)
+        return g * keep.to(g.device, g.dtype)
 
     def _count(self, keep: Tensor) -> None:
         kept = float(self._sizes[keep].sum() / self._sizes.sum())
