@@ -296,6 +296,26 @@ def test_pfedgate_public_selection_never_cuts_a_layer_where_the_global_knapsack_
     assert kept == pytest.approx(0.2, abs=0.01)  # about 1/B of every tensor, above s
 
 
+def test_pfedgate_head_cut_to_its_first_block_answers_two_classes_unless_kept_whole():
+    """Below s = 1/B the public rule keeps only the first block of every tensor; the head's
+    blocks are rows, i.e. classes, so the narrow model scores classes 0-1 only (the other
+    logits are exactly 0); ``mask_head=False`` keeps the head whole."""
+    from fedpart.models.cnn import Pa3dFLCNN
+    from fedpart.models.gated import GatedModel
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 1, 28, 28)
+    logits = {}
+    for mask_head in (True, False):
+        torch.manual_seed(1)
+        model = GatedModel(
+            Pa3dFLCNN(10, (1, 28, 28), variant="fmnist"), (1, 28, 28), mask_head=mask_head
+        )
+        logits[mask_head] = model.with_sparsity(0.1)(x).detach()
+    assert torch.all(logits[True][:, 2:] == 0) and torch.all(logits[True][:, :2] != 0)
+    assert torch.all(logits[False] != 0)
+
+
 def test_pfedgate_at_full_sparsity_starts_as_the_global_model():
     from fedpart.models import MLP
     from fedpart.models.gated import GatedModel
@@ -449,3 +469,39 @@ def test_tailorfl_models_script_reproduces_the_reported_client_accuracies(
     assert "| all | 6 |" in capsys.readouterr().out
     assert script.main([str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_pfedgate_models_script_reproduces_the_reported_client_accuracies(
+    tiny_cfg, tmp_path, capsys, monkeypatch
+):
+    """``benchmarks/pa3dfl/pfedgate_models.py`` rebuilds every client's gated model from the last
+    checkpoint: its ``own`` column equals the accuracies the run reported, client by client; at
+    sparsity 1 the whole head changes nothing; the run logs the kept fractions and no cut."""
+    import importlib.util
+
+    from fedpart import api
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "pa3dfl"
+    monkeypatch.syspath_prepend(str(folder))
+    spec = importlib.util.spec_from_file_location("pfedgate_models", folder / "pfedgate_models.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = _cfg(
+        tiny_cfg, "pfedgate", rounds=2, capacity="list", capacity_values=[0.1] * 3 + [1.0] * 3
+    )
+    cfg["output"] = {"dir": str(tmp_path / "run"), "checkpoint_every": 1}
+    api.run(cfg)
+    run = tmp_path / "run"
+    reported = json.loads((run / "clients.json").read_text())["client_accuracy"]
+    rows, done = script.evaluate(run)
+    assert done == 2
+    assert [r["own"] for r in rows] == pytest.approx([100 * a for a in reported], abs=1e-9)
+    assert all(r["own"] == r["whole head"] for r in rows if r["width"] >= 1.0)
+    assert all(1 <= r["classes"] <= 10 for r in rows)
+    logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in logged if "pfedgate_kept" in r]
+    assert len(logged) == 2 and all(r["pfedgate_cut"] == 0 for r in logged)
+    assert all(0 < k <= 1 for r in logged for k in r["pfedgate_kept"].values())
+    assert script.main([str(run)]) == 0
+    assert "| all | 6 |" in capsys.readouterr().out
+    assert script.main([str(tmp_path / "nothing")]) == 2

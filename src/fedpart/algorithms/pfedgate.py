@@ -30,6 +30,11 @@ class PFedGateOptions:
         " rest by knapsack per linear/other group) or global (one knapsack within s)",
         choices=SELECTIONS,
     )
+    mask_head: bool = option(
+        True,
+        "gate the head's blocks like every other tensor's (pFedGate's code); false: the head is"
+        " always whole, so a narrow client can answer every class",
+    )
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -75,7 +80,11 @@ class PFedGate(Algorithm):
     def wrap_model(self, model: BlockModel) -> BlockModel:
         shape = tuple(self.ctx.data.bundle.input_shape)
         return GatedModel(
-            model, shape, blocks=self.options.blocks, selection=self.options.selection
+            model,
+            shape,
+            blocks=self.options.blocks,
+            selection=self.options.selection,
+            mask_head=self.options.mask_head,
         )
 
     def setup(self) -> None:

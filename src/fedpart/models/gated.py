@@ -82,7 +82,9 @@ class GatedModel(BlockModel):
     """``net`` under pFedGate's block gating at ``sparsity`` (the kept fraction, in (0, 1]).
 
     ``blocks`` is pFedGate's split number ``B``; ``selection`` the rule that picks the blocks
-    (:data:`SELECTIONS`, the module's docstring). The gating layer starts at zero, so every score
+    (:data:`SELECTIONS`, the module's docstring); without ``mask_head`` every block of ``net``'s
+    head is always kept (its blocks are rows, i.e. classes: a head cut to its first block can
+    answer only that block's classes). The gating layer starts at zero, so every score
     is 1 and, at sparsity 1, the gated model is ``net`` itself. While training, the model counts
     per sparsity the batches, the kept fraction of the parameters and the batches in which some
     tensor kept no block (:meth:`take_stats`).
@@ -96,6 +98,7 @@ class GatedModel(BlockModel):
         blocks: int = 5,
         sparsity: float = 1.0,
         selection: str = "public",
+        mask_head: bool = True,
     ) -> None:
         super().__init__()
         if selection not in SELECTIONS:
@@ -103,6 +106,7 @@ class GatedModel(BlockModel):
         self.sparsity = float(sparsity)
         self.selection = selection
         self.blocks = int(blocks)
+        self.mask_head = bool(mask_head)
         self._stats: dict[float, list[float]] = {}  # shared by the views of other sparsities
         linear_params = {
             f"{m}.{k}" if m else k
@@ -129,6 +133,13 @@ class GatedModel(BlockModel):
         self._sizes = torch.tensor(sizes, dtype=torch.float64)
         self._first = torch.tensor(first, dtype=torch.bool)
         self._linear = torch.tensor(linear, dtype=torch.bool)
+        head_params = {
+            f"{h}.{k}" for h in net.head_names for k, _ in net.get_submodule(h).named_parameters()
+        }
+        self._head = torch.zeros(len(sizes), dtype=torch.bool)  # blocks never masked
+        if not mask_head:
+            for name in head_params & set(names):
+                self._head[self._rows[name].unique()] = True
         self._tensor_of = torch.tensor(
             [i for i, name in enumerate(names) for _ in self._rows[name].unique()],
             dtype=torch.long,
@@ -159,10 +170,15 @@ class GatedModel(BlockModel):
             if self.selection == "public":
                 floor = min(max(1.0 / self.blocks, 0.1), self.sparsity)
                 keep = public_selection(
-                    scores, self._sizes, self._first, self._linear, self.sparsity, floor
+                    scores,
+                    self._sizes,
+                    self._first | self._head,
+                    self._linear,
+                    self.sparsity,
+                    floor,
                 )
             else:
-                keep = knapsack(scores, self._sizes, self.sparsity)
+                keep = knapsack(scores, self._sizes, self.sparsity) | self._head
         if self.training and g.device.type != "meta":  # not a shapes-only cost run
             self._count(keep)
         return g * keep.to(g.device, g.dtype)
