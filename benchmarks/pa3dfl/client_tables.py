@@ -3,6 +3,7 @@ checkpoint, and the table of per-client accuracies by capacity group against ano
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -92,3 +93,11 @@ def report(
     print(f"{run}: after {done} rounds; test accuracy (%), mean over clients\n")
     print("\n".join(table(rows, against, columns, reference)))
     return 0, rows
+
+
+def run_parser(doc: str | None, method: str) -> argparse.ArgumentParser:
+    """The command line these scripts share: a ``method`` run directory and ``--against``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("run", type=Path, help=f"a {method} run directory with a checkpoint")
+    ap.add_argument("--against", type=Path, help="another run's record (same seed)")
+    return ap

@@ -18,7 +18,6 @@ the same seed) it adds that run's per-client accuracy.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from fedpart.engine.evaluation import evaluate_samples
 from fedpart.models.gated import GatedModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import report, restored_run  # noqa: E402
+from client_tables import report, restored_run, run_parser  # noqa: E402
 
 COLUMNS = ("own", "whole head", "classes")
 
@@ -77,9 +76,7 @@ def evaluate(run: Path) -> tuple[list[dict], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("run", type=Path, help="a pFedGate run directory with a checkpoint")
-    ap.add_argument("--against", type=Path, help="another run's record (same seed)")
+    ap = run_parser(__doc__, "pFedGate")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     code, _ = report(args.run, args.against, lambda: evaluate(args.run), COLUMNS, "own")

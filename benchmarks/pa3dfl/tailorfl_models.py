@@ -23,7 +23,6 @@ same seed) it adds that run's per-client accuracy.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
@@ -36,7 +35,7 @@ from fedpart.engine.evaluation import evaluate_samples
 from fedpart.models.width import kept_count, narrow_model, slice_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import report, restored_run  # noqa: E402
+from client_tables import report, restored_run, run_parser  # noqa: E402
 
 COLUMNS = ("own", "by norm", "whole")
 
@@ -89,9 +88,7 @@ def evaluate(run: Path) -> tuple[list[dict], list[str], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("run", type=Path, help="a TailorFL run directory with a checkpoint")
-    ap.add_argument("--against", type=Path, help="another run's record (same seed)")
+    ap = run_parser(__doc__, "TailorFL")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     overlap: list[str] = []

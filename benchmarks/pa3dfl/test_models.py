@@ -24,7 +24,6 @@ Pa3dFL's test model minus it. ``--json PATH`` writes the per-client numbers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -39,7 +38,7 @@ from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.functional import call_method
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import report, restored_run  # noqa: E402
+from client_tables import report, restored_run, run_parser  # noqa: E402
 
 COLUMNS = ("test", "received", "received, local head")
 FITTED = "received, fitted head"
@@ -98,9 +97,7 @@ def client_accuracies(run: Path, fitted_head: bool = False) -> tuple[list[dict],
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("run", type=Path, help="a Pa3dFL run directory with a checkpoint")
-    ap.add_argument("--against", type=Path, help="another run's record (same seed)")
+    ap = run_parser(__doc__, "Pa3dFL")
     ap.add_argument("--json", type=Path, help="write the per-client numbers here")
     ap.add_argument(
         "--fitted-head", action="store_true", help="add the column with a head fitted per client"
