@@ -36,11 +36,7 @@ COLUMNS = ("own", "whole head", "classes")
 def whole_head(model: GatedModel) -> GatedModel:
     """A view of ``model`` (same tensors) whose selection keeps every block of the head."""
     other = model.with_sparsity(model.sparsity)
-    head = torch.zeros_like(model._first)
-    for name, rows in model._rows.items():
-        if name.startswith("head."):
-            head[rows.unique()] = True
-    other._first = model._first | head
+    other._head = model.head_blocks  # as under ``mask_head=False``
     return other
 
 

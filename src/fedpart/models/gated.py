@@ -136,10 +136,11 @@ class GatedModel(BlockModel):
         head_params = {
             f"{h}.{k}" for h in net.head_names for k, _ in net.get_submodule(h).named_parameters()
         }
-        self._head = torch.zeros(len(sizes), dtype=torch.bool)  # blocks never masked
-        if not mask_head:
-            for name in head_params & set(names):
-                self._head[self._rows[name].unique()] = True
+        self.head_blocks = torch.zeros(len(sizes), dtype=torch.bool)  # the head's blocks
+        for name in head_params & set(names):
+            self.head_blocks[self._rows[name].unique()] = True
+        # the blocks never masked
+        self._head = torch.zeros_like(self.head_blocks) if mask_head else self.head_blocks
         self._tensor_of = torch.tensor(
             [i for i, name in enumerate(names) for _ in self._rows[name].unique()],
             dtype=torch.long,
