@@ -106,7 +106,6 @@ class GatedModel(BlockModel):
         self.sparsity = float(sparsity)
         self.selection = selection
         self.blocks = int(blocks)
-        self.mask_head = bool(mask_head)
         self._stats: dict[float, list[float]] = {}  # shared by the views of other sparsities
         linear_params = {
             f"{m}.{k}" if m else k
@@ -116,11 +115,12 @@ class GatedModel(BlockModel):
         }
         first: list[bool] = []
         linear: list[bool] = []
+        tensor_of: list[int] = []  # per block: its tensor's position in ``names``
         names = [k for k, _ in net.named_parameters()]
         shapes = {k: p.shape for k, p in net.named_parameters()}
         self._rows: dict[str, Tensor] = {}  # per parameter: the block of each row
         sizes: list[int] = []
-        for name in names:
+        for t, name in enumerate(names):
             rows = shapes[name][0] if len(shapes[name]) else 1
             ids = torch.empty(rows, dtype=torch.long)
             per_row = math.prod(shapes[name][1:]) if len(shapes[name]) > 1 else 1
@@ -129,6 +129,7 @@ class GatedModel(BlockModel):
                 sizes.append(chunk.numel() * per_row)
                 first.append(j == 0)
                 linear.append(name in linear_params)
+                tensor_of.append(t)
             self._rows[name] = ids
         self._sizes = torch.tensor(sizes, dtype=torch.float64)
         self._first = torch.tensor(first, dtype=torch.bool)
@@ -141,10 +142,8 @@ class GatedModel(BlockModel):
             self.head_blocks[self._rows[name].unique()] = True
         # the blocks never masked
         self._head = torch.zeros_like(self.head_blocks) if mask_head else self.head_blocks
-        self._tensor_of = torch.tensor(
-            [i for i, name in enumerate(names) for _ in self._rows[name].unique()],
-            dtype=torch.long,
-        )
+        self._tensor_of = torch.tensor(tensor_of, dtype=torch.long)
+        self._num_tensors = len(names)
         self.gate = nn.Linear(math.prod(input_shape), len(sizes))
         nn.init.zeros_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)
@@ -162,7 +161,7 @@ class GatedModel(BlockModel):
         return (2.0 * torch.sigmoid(self.gate(torch.flatten(x, 1)))).mean(0)
 
     def mask(self, x: Tensor) -> Tensor:
-        """Per block: its score if the knapsack keeps it, else 0."""
+        """Per block: its score if the selection keeps it, else 0."""
         g = self.scores(x)
         if self.sparsity >= 1.0:
             keep = torch.ones(self.num_blocks, dtype=torch.bool)
@@ -186,7 +185,7 @@ class GatedModel(BlockModel):
 
     def _count(self, keep: Tensor) -> None:
         kept = float(self._sizes[keep].sum() / self._sizes.sum())
-        alive = torch.zeros(int(self._tensor_of.max()) + 1, dtype=torch.bool)
+        alive = torch.zeros(self._num_tensors, dtype=torch.bool)
         alive[self._tensor_of[keep]] = True
         row = self._stats.setdefault(self.sparsity, [0.0, 0.0, 0.0])
         row[0] += 1
