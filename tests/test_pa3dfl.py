@@ -15,6 +15,7 @@ from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
 from fedpart.models.cnn import Pa3dFLCNN
+from fedpart.models.factorized import FactorizedCNN
 from resume_check import assert_resume_bit_identical, run_quickstart_uniform
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
@@ -327,3 +328,66 @@ def _bench_script(name: str):  # noqa: ANN202 - a module
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     return script
+
+
+@pytest.mark.parametrize("kind", ["pa3dfl", "flanc"])
+@pytest.mark.parametrize("kernel", [5, 0])
+def test_decompositions_script_reads_a_weight_in_either_layout(kind, kernel):
+    """``decompositions.py``'s ``to_columns`` inverts ``compose``'s reshape for both layouts, at
+    the full width and at a narrowed one."""
+    from fedpart.models.factorized import Factorization
+
+    script = _bench_script("decompositions")
+    torch.manual_seed(0)
+    geo = Factorization(kind, 8, 12, kernel, 4 if kind == "pa3dfl" else 2, 6)
+    for g in (geo, geo.narrow(8, 4 if kind == "pa3dfl" else 6)):
+        w = torch.randn(g.weight_shape)
+        cols = script.to_columns(g, w)
+        assert cols.shape[0] == g.u_shape[0]
+        assert torch.equal(g.compose(torch.eye(cols.shape[0]), cols), w)
+        u, v = torch.randn(g.u_shape), torch.randn(g.r2, cols.shape[1])
+        assert torch.allclose(script.to_columns(g, g.compose(u, v)), u @ v)
+
+
+def test_decompositions_script_moves_models_between_layouts():
+    """Moving models that share θ_u to their own layout keeps every weight; to the other layout, a layer whose
+    θ_u there is square moves exactly and a layer of lower rank loses part of a generic weight."""
+    script = _bench_script("decompositions")
+    spec = {"channels": (16, 16), "padding": 2, "fc": (32,)}
+    torch.manual_seed(0)
+    models = [
+        FactorizedCNN(10, (1, 28, 28), decomposition="pa3dfl", spec=spec, p_min=1 / 4, width=w)
+        for w in (0.25, 1.0)
+    ]
+    states = [{k: torch.randn_like(v) for k, v in m.state_dict().items()} for m in models]
+    for k in models[0].general_keys():  # θ_u is general: one for every client
+        states[1][k] = states[0][k]
+    same, moved, errors = script.move(models, states, "pa3dfl")
+    assert max(errors.values()) < 1e-6
+    x = torch.randn(3, 1, 28, 28)
+    for m, s, t, ms in zip(models, states, same, moved, strict=True):
+        ref = torch.func.functional_call(m, s, (x,))
+        assert torch.allclose(torch.func.functional_call(t, ms, (x,)), ref, atol=1e-4)
+    targets, _, errors = script.move(models, states, "flanc")
+    square = [n for n in errors if len(set(targets[0].layer_geometry(n).u_shape)) == 1]
+    assert square and all(errors[n] < 1e-6 for n in square)
+    assert any(errors[n] > 0.05 for n in errors if n not in square)
+    assert all(t.decomposition == "flanc" and t.ranks == "eq5" for t in targets)
+
+
+def test_decompositions_script_reproduces_the_received_models(tiny_cfg, tmp_path, capsys):
+    """On a finished run the models moved to their own layout score as the run's own, client
+    by client; no checkpoint is a one-line error (exit 2)."""
+    from fedpart import api
+
+    script = _bench_script("decompositions")
+    cfg = _cfg(tiny_cfg, rounds=2)
+    cfg["output"] = {"dir": str(tmp_path / "run"), "checkpoint_every": 1}
+    api.run(cfg)
+    rows, done, layers = script.client_accuracies(tmp_path / "run")
+    assert done == 2 and len(layers) == 2 + 2 * 2 * 3  # two models, two layouts, three layers
+    assert [r["received as pa3dfl"] for r in rows] == [r["received"] for r in rows]
+    assert script.main([str(tmp_path / "run")]) == 0
+    assert "| all | 6 |" in capsys.readouterr().out
+    assert script.main([str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
