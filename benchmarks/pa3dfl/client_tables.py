@@ -1,5 +1,6 @@
-"""What ``test_models.py`` and ``tailorfl_models.py`` share: a run restored from its last
-checkpoint, and the table of per-client accuracies by capacity group against another run."""
+"""What the per-client scripts (``test_models.py``, ``tailorfl_models.py``, ``pfedgate_models.py``,
+``decompositions.py``) share: a run restored from its last checkpoint, a model's test accuracy,
+and the table of per-client accuracies by capacity group against another run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from fedpart.engine.capacity import group_labels
 from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
+from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import FedpartError
 
@@ -32,6 +34,12 @@ def restored_run(run: Path, algorithm: str) -> tuple[Any, Simulation]:
     sim = Simulation(cfg, run_dir=None, quiet=True)
     restore(sim, rd, tensors, meta)
     return cfg, sim
+
+
+def accuracy_on(model: Any, state: dict[str, Any], data: Any, index: Any, batch_size: int) -> float:
+    """Accuracy (%) of ``model`` with the tensors ``state`` on the pool samples ``index``."""
+    ok, _ = evaluate_samples(model, state, data, index, batch_size)
+    return 100 * float(ok.double().mean())
 
 
 def table(

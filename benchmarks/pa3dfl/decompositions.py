@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from fedpart.engine.evaluation import evaluate_samples
 from fedpart.models.factorized import Factorization, FactorizedCNN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import report, restored_run, run_parser  # noqa: E402
+from client_tables import accuracy_on, report, restored_run, run_parser  # noqa: E402
 
 LAYOUTS = ("pa3dfl", "flanc")
 
@@ -70,7 +68,7 @@ def model_in(model: FactorizedCNN, decomposition: str) -> FactorizedCNN:
         decomposition=decomposition,
         p_min=model.p_min,
         width=model.width,
-        local_head="local_head" in model._modules,
+        local_head="local_head" in model.head_names,
         spec=model.spec,
         ranks="eq5",
     )
@@ -107,18 +105,16 @@ def move(
     return targets, new_states, errors
 
 
-def accuracy(model: FactorizedCNN, state: dict[str, Tensor], data: Any, index: Tensor) -> float:
-    """Test accuracy (%) of ``state`` on the samples ``index``."""
-    ok, _ = evaluate_samples(model, state, data, index, 256)
-    return 100 * float(ok.double().mean())
-
-
 def client_accuracies(run: Path) -> tuple[list[dict], int, list[str]]:
     """Per client: width, group and the accuracy (%) of its received and test models, in the
     run's decomposition and moved to each layout; the rounds completed; the layer table."""
-    _, sim = restored_run(run, "pa3dfl")
+    cfg, sim = restored_run(run, "pa3dfl")
     algo, data = sim.algorithm, sim.algorithm.ctx.data
     n = data.num_clients
+
+    def accuracy(model: FactorizedCNN, state: dict[str, Tensor], c: int) -> float:
+        return accuracy_on(model, state, data, data.clients[c].test, cfg.engine.eval_batch_size)
+
     models = [algo.model_for(c) for c in range(n)]
     own = models[0].decomposition
     other = next(d for d in LAYOUTS if d != own)
@@ -136,13 +132,11 @@ def client_accuracies(run: Path) -> tuple[list[dict], int, list[str]]:
         ("test", [algo.eval_state(c) for c in range(n)]),
     ):
         for c in range(n):
-            rows[c][which] = accuracy(models[c], states[c], data, data.clients[c].test)
+            rows[c][which] = accuracy(models[c], states[c], c)
         for layout in (own, other):
             targets, moved, errors = move(models, states, layout)
             for c in range(n):
-                rows[c][f"{which} as {layout}"] = accuracy(
-                    targets[c], moved[c], data, data.clients[c].test
-                )
+                rows[c][f"{which} as {layout}"] = accuracy(targets[c], moved[c], c)
             for name, err in errors.items():
                 rows_, r2 = targets[0].layer_geometry(name).u_shape
                 layers.append(f"| {which} | {name} | {layout} | {rows_} | {r2} | {err:.2e} |")

@@ -24,11 +24,10 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
-from fedpart.engine.evaluation import evaluate_samples
 from fedpart.models.gated import GatedModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import report, restored_run, run_parser  # noqa: E402
+from client_tables import accuracy_on, report, restored_run, run_parser  # noqa: E402
 
 COLUMNS = ("own", "whole head", "classes")
 
@@ -60,8 +59,7 @@ def evaluate(run: Path) -> tuple[list[dict], int]:
         index, state, model = data.clients[c].test, algo.eval_state(c), algo.model_for(c)
 
         def acc(m, index=index, state=state) -> float:
-            ok, _ = evaluate_samples(m, state, data, index, cfg.engine.eval_batch_size)
-            return 100 * float(ok.double().mean())
+            return accuracy_on(m, state, data, index, cfg.engine.eval_batch_size)
 
         row = {"client": c, "width": algo.sparsity(c), "group": int(algo.ctx.capacity.groups[c])}
         row["own"] = acc(model)

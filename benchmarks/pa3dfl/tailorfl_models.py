@@ -31,11 +31,10 @@ from pathlib import Path
 import torch
 
 from fedpart.algorithms.tailorfl import filter_magnitude, top_filters
-from fedpart.engine.evaluation import evaluate_samples
 from fedpart.models.width import kept_count, narrow_model, slice_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import report, restored_run, run_parser  # noqa: E402
+from client_tables import accuracy_on, report, restored_run, run_parser  # noqa: E402
 
 COLUMNS = ("own", "by norm", "whole")
 
@@ -52,8 +51,7 @@ def evaluate(run: Path) -> tuple[list[dict], list[str], int]:
         p, index = algo.width(c), data.clients[c].test
 
         def acc(model, st, index=index) -> float:
-            ok, _ = evaluate_samples(model, st, data, index, cfg.engine.eval_batch_size)
-            return 100 * float(ok.double().mean())
+            return accuracy_on(model, st, data, index, cfg.engine.eval_batch_size)
 
         row = {"client": c, "width": p, "group": int(algo.ctx.capacity.groups[c])}
         row["own"] = acc(algo.model_for(c), algo.eval_state(c))

@@ -34,11 +34,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from fedpart.engine.evaluation import evaluate_samples
 from fedpart.engine.functional import call_method
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import report, restored_run, run_parser  # noqa: E402
+from client_tables import accuracy_on, report, restored_run, run_parser  # noqa: E402
 
 COLUMNS = ("test", "received", "received, local head")
 FITTED = "received, fitted head"
@@ -75,8 +74,7 @@ def client_accuracies(run: Path, fitted_head: bool = False) -> tuple[list[dict],
         model, index = algo.model_for(c), data.clients[c].test
 
         def acc(state: dict[str, torch.Tensor], model=model, index=index) -> float:
-            ok, _ = evaluate_samples(model, state, data, index, cfg.engine.eval_batch_size)
-            return 100 * float(ok.double().mean())
+            return accuracy_on(model, state, data, index, cfg.engine.eval_batch_size)
 
         m0 = algo.received(c)
         local = {**m0, "head.weight": m0["local_head.weight"], "head.bias": m0["local_head.bias"]}
