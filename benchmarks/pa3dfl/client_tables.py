@@ -103,6 +103,29 @@ def report(
     return 0, rows
 
 
+def report_with_notes(
+    args: argparse.Namespace,
+    evaluate: Callable[[], tuple[list[dict], int, list[str]]],
+    columns: Sequence[str],
+    heading: str,
+    reference: str = "test",
+) -> int:
+    """:func:`report` of ``args.run`` (against ``args.against``) for an ``evaluate`` that also
+    returns lines to print after the table, under ``heading``; returns the exit code."""
+    notes: list[str] = []
+
+    def rows_and_rounds() -> tuple[list[dict], int]:
+        rows, done, lines = evaluate()
+        notes.extend(lines)
+        return rows, done
+
+    code, _ = report(args.run, args.against, rows_and_rounds, columns, reference)
+    if code == 0:
+        print(f"\n{heading}\n")
+        print("\n".join(notes))
+    return code
+
+
 def run_parser(doc: str | None, method: str) -> argparse.ArgumentParser:
     """The command line these scripts share: a ``method`` run directory and ``--against``."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)

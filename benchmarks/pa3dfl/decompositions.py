@@ -37,7 +37,7 @@ from torch import Tensor
 from fedpart.models.factorized import Factorization, FactorizedCNN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import accuracy_on, report, restored_run, run_parser  # noqa: E402
+from client_tables import accuracy_on, report_with_notes, restored_run, run_parser  # noqa: E402
 
 LAYOUTS = ("pa3dfl", "flanc")
 
@@ -147,26 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = run_parser(__doc__, "Pa3dFL (either decomposition)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    layer_table: list[str] = []
-
-    def evaluate() -> tuple[list[dict], int]:
-        rows, done, layers = client_accuracies(args.run)
-        layer_table.extend(layers)
-        return rows, done
-
     columns = [
-        "received",
-        "received as pa3dfl",
-        "received as flanc",
-        "test",
-        "test as pa3dfl",
-        "test as flanc",
+        f"{model}{layout}"
+        for model in ("received", "test")
+        for layout in ("", " as pa3dfl", " as flanc")
     ]
-    code, _ = report(args.run, args.against, evaluate, columns)
-    if code == 0:
-        print("\nPer layer, each layout (θ_u has the same shape at every width):\n")
-        print("\n".join(layer_table))
-    return code
+    return report_with_notes(
+        args,
+        lambda: client_accuracies(args.run),
+        columns,
+        "Per layer, each layout (θ_u has the same shape at every width):",
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from fedpart.algorithms.tailorfl import filter_magnitude, top_filters
 from fedpart.models.width import kept_count, narrow_model, slice_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_tables import accuracy_on, report, restored_run, run_parser  # noqa: E402
+from client_tables import accuracy_on, report_with_notes, restored_run, run_parser  # noqa: E402
 
 COLUMNS = ("own", "by norm", "whole")
 
@@ -89,19 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = run_parser(__doc__, "TailorFL")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    overlap: list[str] = []
 
-    def rows_and_rounds() -> tuple[list[dict], int]:
+    def evaluate_run() -> tuple[list[dict], int, list[str]]:
         rows, lines, done = evaluate(args.run)
-        overlap.extend(lines)
-        return rows, done
+        return rows, done, lines
 
-    code, _ = report(args.run, args.against, rows_and_rounds, COLUMNS, "own")
-    if code:
-        return code
-    print("\nPersonal layers, after the last round:\n")
-    print("\n".join(overlap))
-    return 0
+    return report_with_notes(
+        args, evaluate_run, COLUMNS, "Personal layers, after the last round:", "own"
+    )
 
 
 if __name__ == "__main__":
