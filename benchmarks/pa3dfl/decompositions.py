@@ -81,7 +81,11 @@ def move(
     layer, the clients' composed weights in its layout, projected onto the best common basis of
     ``R2`` columns. Returns the new models, their states and each layer's relative error
     (Frobenius norm of the projection's residual over all clients, over the weights')."""
-    targets = [model_in(m, decomposition) for m in models]
+    by_width: dict[float, FactorizedCNN] = {}  # one model per width: the states differ, not it
+    for m in models:
+        if m.width not in by_width:
+            by_width[m.width] = model_in(m, decomposition)
+    targets = [by_width[m.width] for m in models]
     new_states = [{k: v for k, v in s.items() if not k.endswith(("_u", "_v"))} for s in states]
     errors: dict[str, float] = {}
     for name in models[0].composed_weights():
