@@ -37,6 +37,7 @@ import pytest
 import fedpart
 from fedpart.config import load_config
 from fedpart.errors import FedpartError
+from interpreter import interpreter_env
 
 flwr = pytest.importorskip("flwr")
 
@@ -132,12 +133,11 @@ class Federation:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.port = _free_port()
-        self.env = {
-            **os.environ,
-            "FLWR_HOME": str(root / "flwr"),
-            "FLWR_DISABLE_UPDATE_CHECK": "1",
-            "FLWR_TELEMETRY_ENABLED": "0",
-        }
+        self.env = interpreter_env(
+            FLWR_HOME=str(root / "flwr"),
+            FLWR_DISABLE_UPDATE_CHECK="1",
+            FLWR_TELEMETRY_ENABLED="0",
+        )
         (root / "flwr").mkdir(parents=True)
         # the connection `flwr run . deploy` uses (docs/flower.md)
         (root / "flwr" / "config.toml").write_text(

@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from interpreter import interpreter_env
 from markdown_tables import tables as read_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,6 +200,12 @@ def test_gpu_checks_without_a_gpu_is_one_line(tmp_path):
     """benchmarks/gpu_checks.sh stops at once, exit 2, one line, on a machine without a GPU."""
     script = str(ROOT / "benchmarks" / "gpu_checks.sh")
     for args in ([str(tmp_path / "out")], []):
-        proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            ["bash", script, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=interpreter_env(),
+        )
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert proc.stdout == ""

@@ -7,7 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fedpart.config import Config, dump_config, load_config
+from fedpart.data.registry import DatasetBundle, register_dataset
 from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
 from fedpart.engine.simulation import Result, Simulation
 from fedpart.errors import FedpartError
@@ -49,17 +52,62 @@ def run(
     *,
     quiet: bool = True,
     write: bool = True,
+    data: DatasetBundle | tuple | None = None,
 ) -> Result:
     """Run an experiment.
 
     ``config`` is a :class:`Config`, a nested dict or a YAML path; ``overrides`` are dotted
     ``key=value`` strings. With ``write`` the run directory (``output.dir``) receives the
     resolved config, ``metrics.jsonl``, ``summary.json``, ``clients.json`` and checkpoints.
+
+    ``data`` runs on in-memory data instead of ``dataset.name``'s: a :class:`DatasetBundle`,
+    or ``(x, y)`` / ``(x, y, x_test, y_test)`` tensors or arrays (images ``[N, C, H, W]`` or
+    features ``[N, D]``; labels ``0..K-1``), partitioned by the config as any dataset. The run
+    records ``dataset.name: memory`` (or the bundle's name); to resume it in another process,
+    register the dataset in a plugin instead (docs/extending.md).
     Raises :class:`fedpart.errors.FedpartError` subclasses on bad input.
     """
+    if data is not None:
+        name = in_memory(data)
+        overrides = [*(overrides or []), f"dataset.name={name}", "dataset.download=false"]
     cfg = _as_config(config, overrides)
     sim = Simulation(cfg, run_dir=output_path(cfg) if write else None, quiet=quiet)
     return sim.run()
+
+
+def in_memory(data: DatasetBundle | tuple | list) -> str:
+    """Register in-memory ``data`` as a dataset (``memory``, or the bundle's own name); its
+    name."""
+    if isinstance(data, DatasetBundle):
+        bundle = data
+        name = data.name
+        classes, shape = data.num_classes, tuple(data.input_shape)
+        mean, std, augment = data.mean, data.std, data.augment
+    else:
+        if not isinstance(data, tuple | list) or len(data) not in (2, 4):
+            raise FedpartError("data: expected a DatasetBundle, (x, y) or (x, y, x_test, y_test)")
+        bundle = tuple(data)
+        name = "memory"
+        x = torch.as_tensor(data[0])
+        labels = [torch.as_tensor(data[i]).reshape(-1) for i in range(1, len(data), 2)]
+        classes = int(max(int(y.max()) for y in labels if len(y))) + 1
+        shape = tuple(x.shape[1:]) if x.dim() != 3 else (1, *x.shape[1:])
+        mean = std = ()
+        augment = "none"
+
+    def load(root: Any, download: bool) -> Any:
+        return bundle
+
+    register_dataset(
+        name,
+        num_classes=max(classes, 2),
+        input_shape=shape,
+        description="in-memory data given to fedpart.run",
+        mean=mean,
+        std=std,
+        augment=augment,
+    )(load)
+    return name
 
 
 def resume(

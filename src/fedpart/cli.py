@@ -79,12 +79,13 @@ def _compare_job(config: str, overrides: list[str], run_dir: str) -> dict[str, o
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from fedpart.algorithms import ALGORITHMS
     from fedpart.config import load_config
+    from fedpart.registry import methods
     from fedpart.report import write_report
     from fedpart.tracking.run_dir import RunDir
 
     base = load_config(args.config, args.overrides)
+    ALGORITHMS = methods()
     names = (
         args.algorithms.split(",")
         if args.algorithms
@@ -177,10 +178,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from fedpart.algorithms import ALGORITHMS
     from fedpart.data.partition import PARTITIONS
     from fedpart.data.sources import DATASETS
     from fedpart.models import MODELS
+    from fedpart.registry import methods
+
+    ALGORITHMS = methods()  # the built-in methods and every plugin's
 
     what = args.what
     if what in (None, "algorithms"):
@@ -309,10 +312,39 @@ def _report(exc: BaseException) -> int:
     return 2
 
 
+PLUGIN_HELP = (
+    "a module (or .py file) registering your own datasets, models or methods, imported first "
+    "and recorded in the run's config.yaml (repeatable; docs/extending.md)"
+)
+
+
+def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``--plugin MODULE`` / ``--plugin=MODULE`` anywhere before ``--``: (plugins, the rest)."""
+    plugins, rest, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest += argv[i:]
+            break
+        if arg == "--plugin":
+            if i + 1 >= len(argv):
+                raise FedpartError("--plugin: expected a module name or a .py file")
+            plugins.append(argv[i + 1])
+            i += 2
+            continue
+        if arg.startswith("--plugin="):
+            plugins.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+        i += 1
+    return plugins, rest
+
+
 def build_parser() -> argparse.ArgumentParser:
     import time
 
     parser = OneLineParser(prog="fedpart", description=__doc__)
+    parser.add_argument("--plugin", metavar="MODULE", action="append", help=PLUGIN_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run one experiment")
@@ -414,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory training step")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.set_defaults(func=cmd_cost)
+    for name, command in sub.choices.items():
+        if name != "bench":  # the harness lists its own options (fedpart bench --help)
+            command.add_argument("--plugin", metavar="MODULE", action="append", help=PLUGIN_HELP)
     return parser
 
 
@@ -423,6 +458,15 @@ def main(argv: list[str] | None = None) -> int:
     # the command line's main module is import-safe for spawned worker processes: here
     # ``engine.backend=auto`` may run them (``backends.resolve_backend``)
     os.environ.setdefault("FEDPART_AUTO_WORKERS", "1")
+    try:
+        # on every subcommand: imported before anything is resolved (fedpart.plugins)
+        plugins, argv = _take_plugins(argv)
+        if plugins:
+            from fedpart.plugins import use
+
+            use(plugins)
+    except FedpartError as exc:
+        return _report(exc)
     if argv[:1] == ["bench"]:  # the harness parses its own options
         from fedpart.bench.harness import main as bench_main
 

@@ -17,6 +17,7 @@ import difflib
 import math
 import os
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -69,9 +70,15 @@ class PartitionConfig:
 
 @dataclass
 class ModelConfig:
-    """The network; options of the chosen model (``model.padding``, ``model.fc_layers``...) sit beside ``name``."""
+    """The network; options of the chosen model (``model.padding``, ``model.fc_layers``...) sit beside ``name``.
+
+    ``head`` names the blocks that form the head (the classifier: what FedPer keeps personal,
+    FedRep trains apart, FedBABU freezes), instead of the model's own choice (its last block
+    unless it says otherwise); they must be the model's last blocks.
+    """
 
     name: str = "fedavgcnn"
+    head: list[str] | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -239,6 +246,9 @@ class Config:
     """A whole experiment. ``Config.from_dict`` / ``load_config`` build and validate one."""
 
     seed: int = 0
+    #: modules that register the user's datasets, models or methods (docs/extending.md),
+    #: imported before anything else of the config is resolved
+    plugins: list[str] = field(default_factory=list)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -254,6 +264,13 @@ class Config:
     def from_dict(cls, data: dict[str, Any] | None) -> Config:
         """Build and validate a config from a nested dict (e.g. parsed YAML)."""
         cfg = _build(cls, data or {}, "")
+        from fedpart.plugins import from_environment, load_plugins  # noqa: PLC0415
+
+        # before any name is resolved; with those --plugin named (FEDPART_PLUGINS)
+        cfg.plugins = list(dict.fromkeys(load_plugins(cfg.plugins, "plugins")))
+        cfg.plugins += [
+            p for p in load_plugins(from_environment(), "--plugin") if p not in cfg.plugins
+        ]
         validate(cfg)
         return cfg
 
@@ -421,7 +438,54 @@ def _parse_scalar(text: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
-    """Apply dotted ``key=value`` overrides in place; values are parsed as YAML scalars or lists."""
+    """Apply dotted ``key=value`` overrides in place; values are parsed as YAML scalars or lists.
+
+    An override that switches ``model.name`` (``algorithm.name``) drops the options the
+    previous model (method) was given beside its name — ``model.padding`` of the quick start's
+    CNN — that the new one does not take, with a notice; options given on the command line
+    stay and are checked."""
+    before = {s: dict(data[s]) for s in ("model", "algorithm") if isinstance(data.get(s), dict)}
+    _set_overrides(data, overrides)
+    for section, old in before.items():
+        new = data.get(section)
+        if isinstance(new, dict) and new.get("name") != old.get("name"):
+            _drop_options_of_the_previous(data, section, old, overrides)
+
+
+def _drop_options_of_the_previous(
+    data: dict[str, Any], section: str, before: dict[str, Any], overrides: list[str]
+) -> None:
+    from fedpart.models import MODELS  # noqa: PLC0415 - the zoo sits below the config
+    from fedpart.plugins import load_plugins  # noqa: PLC0415
+    from fedpart.registry import lookup, methods  # noqa: PLC0415
+
+    plugins = data.get("plugins")
+    if isinstance(plugins, list):
+        load_plugins(plugins, "plugins")  # the new model or method may be a plugin's
+    registry: dict[str, Any] = MODELS if section == "model" else methods()
+    try:
+        name = lookup(list(registry), data[section].get("name"), f"{section}.name", section)
+    except ConfigError:
+        return  # the validation names it
+    entry = registry[name]
+    takes = entry.options if section == "model" else entry.option_docs()
+    given = {i.split("=", 1)[0].strip() for i in overrides}
+    fixed = {f.name for f in dataclasses.fields(_SECTION_TYPES[section])}
+    dropped = [
+        k for k in before if k not in fixed and k not in takes and f"{section}.{k}" not in given
+    ]
+    for k in dropped:
+        data[section].pop(k, None)
+    if dropped:
+        keys = ", ".join(f"{section}.{k}" for k in dropped)
+        print(
+            f"notice: {section}.name={name}: dropped {keys} (options of '{before.get('name')}' "
+            f"that '{name}' does not take)",
+            file=sys.stderr,
+        )
+
+
+def _set_overrides(data: dict[str, Any], overrides: list[str]) -> None:
     for item in overrides:
         if "=" not in item:
             raise ConfigError(item, "overrides must look like section.key=value")
@@ -553,18 +617,18 @@ def validate(cfg: Config) -> None:
     from fedpart.data.partition import PARTITIONS
     from fedpart.data.sources import DATASETS
     from fedpart.models import MODELS
-    from fedpart.registry import methods
+    from fedpart.registry import lookup, methods
 
     ALGORITHMS = methods()
 
-    _choice("dataset.name", cfg.dataset.name, sorted(DATASETS), "dataset")
+    cfg.dataset.name = lookup(list(DATASETS), cfg.dataset.name, "dataset.name", "dataset")
     _check_options(
         "dataset", cfg.dataset.name, cfg.dataset.options, DATASETS[cfg.dataset.name].options
     )
     _choice("dataset.augment", cfg.dataset.augment, AUGMENTS, "augmentation")
-    _choice("model.name", cfg.model.name, sorted(MODELS), "model")
+    cfg.model.name = lookup(list(MODELS), cfg.model.name, "model.name", "model")
     _check_options("model", cfg.model.name, cfg.model.options, MODELS[cfg.model.name].options)
-    _choice("algorithm.name", cfg.algorithm.name, sorted(ALGORITHMS), "algorithm")
+    cfg.algorithm.name = lookup(list(ALGORITHMS), cfg.algorithm.name, "algorithm.name", "algorithm")
     algo_cls = ALGORITHMS[cfg.algorithm.name]
     _check_options("algorithm", cfg.algorithm.name, cfg.algorithm.options, algo_cls.option_docs())
     algo_cls.parse_options(cfg.algorithm.options)  # type and range checks of the method's own

@@ -64,6 +64,12 @@ class Algorithm:
     capacity_aware: ClassVar[bool] = False
     #: method state saved in checkpoints and restored on resume (``engine.method_state``)
     checkpointed: ClassVar[tuple[method_state.Field, ...]] = ()
+    #: whether the method treats the model's head and body apart (keeps one personal, trains
+    #: or freezes them apart): a model without a body is then refused (``engine.build``)
+    needs_head_and_body: ClassVar[bool] = False
+    #: whether clients exchange anything; a method that does and keeps every block personal
+    #: is refused (only ``local`` keeps all by design)
+    communicates: ClassVar[bool] = True
 
     def __init__(self, options: Any, ctx: MethodContext) -> None:
         self.options = options

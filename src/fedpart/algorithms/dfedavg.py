@@ -32,6 +32,7 @@ class DFedPer(DFedAvg):
     """As :class:`DFedAvg`, but only the body is averaged; the head never leaves its client."""
 
     name = "dfedper"
+    needs_head_and_body = True
     summary = "FedPer peer to peer (UA-PDFL protocol): body averaged over self + N_com peers."
 
     def personal_blocks(self) -> set[str]:

@@ -30,6 +30,7 @@ class DFedAvgMP(Decentralized):
     """DFedAvgM with the head personal: only the body is gossiped."""
 
     name = "dfedavgmp"
+    needs_head_and_body = True
     summary = (
         "DFedAvgM with a personal head (DFedPGP's ablation): body gossiped on an undirected graph."
     )

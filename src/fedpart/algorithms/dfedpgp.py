@@ -30,6 +30,7 @@ class DFedPGP(PushSum):
     """Personal head, shared body mixed by push-sum over a directed time-varying graph."""
 
     name = "dfedpgp"
+    needs_head_and_body = True
     summary = "Personal head; body by push-sum on a directed time-varying graph (head then body)."
 
     @dataclasses.dataclass

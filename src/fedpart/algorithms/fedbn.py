@@ -7,7 +7,7 @@ from typing import Any
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.errors import ConfigError, FedpartError
-from fedpart.models.base import batchnorm_keys, build_model
+from fedpart.models import batchnorm_keys, build_model
 
 
 def require_batchnorm(algorithm: Algorithm) -> None:

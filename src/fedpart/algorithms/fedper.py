@@ -12,6 +12,7 @@ class FedPer(Algorithm):
     """
 
     name = "fedper"
+    needs_head_and_body = True
     summary = "Shared body averaged, personal head; trained jointly."
 
     def personal_blocks(self) -> set[str]:

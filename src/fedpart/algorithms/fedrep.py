@@ -24,6 +24,7 @@ class FedRep(Algorithm):
     The body is averaged (data-size weights); the head stays on the client."""
 
     name = "fedrep"
+    needs_head_and_body = True
     summary = "Personal head trained first (body fixed), then the shared body; body averaged."
     Options = FedRepOptions
 

@@ -26,7 +26,7 @@ class TwoHeadModel(BlockModel):
         for name in base.block_names:
             self.add_module(name, base.get_submodule(name))
         self.phead = nn.Linear(base.feature_dim, num_classes)
-        self._head_names = (*base.head_names, "phead")
+        self.head_names = (*base.head_names, "phead")
         self._generic_names = tuple(base.head_names)
         self._pool = base.pool_features
         self.feature_dim = base.feature_dim
@@ -59,6 +59,7 @@ class FedRoD(Algorithm):
     is trained with CE(head(z).detach() + phead(z.detach()), y) and never leaves the client."""
 
     name = "fedrod"
+    needs_head_and_body = True
     backends = ("sequential", "ray", "processes", "flower")  # a per-client objective: not batched
     summary = "Generic head with balanced softmax + personal head on detached features."
 

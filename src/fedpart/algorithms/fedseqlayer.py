@@ -65,6 +65,7 @@ class SeqLayer(Algorithm):
     """Federated training of a growing part of the base; head frozen; fine-tuning at the end."""
 
     name = "fedseqlayer"
+    needs_head_and_body = True
     summary = "Sequential layer expansion (modes vanilla|anti|all), frozen head, final fine-tuning."
     Options = SeqLayerOptions
 
@@ -122,5 +123,6 @@ class FedBABU(SeqLayer):
     ``mode=all`` (spec §2.6 item 15)."""
 
     name = "fedbabu"
+    needs_head_and_body = True
     summary = "Body-only training with a fixed random head, then whole-model fine-tuning."
     Options = FedBABUOptions

@@ -9,6 +9,7 @@ class LGFedAvg(Algorithm):
     """The body (representation) is personal; only the head is uploaded and averaged."""
 
     name = "lgfedavg"
+    needs_head_and_body = True
     summary = "Personal body (local representation), head averaged."
 
     def personal_blocks(self) -> set[str]:

@@ -11,6 +11,7 @@ class Local(Algorithm):
     name = "local"
     summary = "Local training only; no communication (the personalisation floor/ceiling)."
     has_global_model = False
+    communicates = False
 
     def personal_blocks(self) -> set[str]:
         return set(self.ctx.model.block_names)

@@ -64,6 +64,7 @@ class PFedSim(Algorithm):
     """
 
     name = "pfedsim"
+    needs_head_and_body = True
     summary = "FedAvg warm-up, then personal classifier and classifier-similarity-weighted body."
     setting = "cloud-edge"
     Options = PFedSimOptions

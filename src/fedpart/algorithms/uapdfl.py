@@ -85,6 +85,7 @@ class UAPDFL(Decentralized):
     """Unit-representation divergence decides: copy one peer, share g and h, or share g only."""
 
     name = "uapdfl"
+    needs_head_and_body = True
     backends = ("sequential",)  # its own local update and a per-client alignment target
     summary = (
         "UA-PDFL: unit-representation divergence picks per peer full copy / g+h / g only; "

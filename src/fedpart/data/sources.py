@@ -14,7 +14,6 @@ import math
 import os
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,75 +21,27 @@ import numpy as np
 import torch
 
 from fedpart.data.download import PAYLOAD_MD5, RESOURCES, DownloadError, fetch, verify_md5
+from fedpart.data.registry import (
+    DATASETS,
+    DatasetBundle,
+    DatasetInfo,
+    load_dataset,
+    register_dataset,
+    resolve_root,
+)
 from fedpart.errors import ConfigError, DataError
 
 __all__ = ["DATASETS", "DatasetBundle", "DatasetInfo", "load_dataset", "resolve_root"]
-
-
-@dataclass
-class DatasetBundle:
-    """A whole dataset in memory (see ``docs/architecture.md``)."""
-
-    name: str
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor | None
-    test_y: torch.Tensor | None
-    num_classes: int
-    input_shape: tuple[int, ...]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    augment: str
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """A registered dataset: what it is, the files it needs and the options it accepts."""
-
-    name: str
-    description: str
-    num_classes: int
-    input_shape: tuple[int, ...]
-    files: tuple[str, ...]
-    options: dict[str, str]
-    offline: bool
-    folder: str = ""
-
-
-def resolve_root(root: str | os.PathLike | None) -> Path:
-    """``root``, else ``$FEDPART_DATA``, else ``$XDG_CACHE_HOME/fedpart/data`` (``~/.cache``)."""
-    if root:
-        return Path(root).expanduser()
-    env = os.environ.get("FEDPART_DATA")
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "fedpart" / "data"
 
 
 # ----------------------------------------------------------------------------- helpers
 _FIX = "delete it and place a fresh copy"
 
 
-_TITLES = {
-    "mnist": "MNIST",
-    "fmnist": "Fashion-MNIST",
-    "emnist": "EMNIST",
-    "cifar10": "CIFAR-10",
-    "cifar100": "CIFAR-100",
-    "svhn": "SVHN",
-    "cinic10": "CINIC-10",
-    "tinyimagenet": "Tiny-ImageNet",
-    "pathmnist": "PathMNIST",
-    "organamnist": "OrganAMNIST",
-    "organcmnist": "OrganCMNIST",
-}
-
-
 def _missing(name: str, folder: Path, files: list[str], reason: str = "") -> DataError:
     why = f"; {reason}" if reason else ""
     return DataError(
-        f"{_TITLES.get(name, name)} not found: place {', '.join(files)} in {folder} "
+        f"{DATASETS[name].display_name if name in DATASETS else name} not found: place {', '.join(files)} in {folder} "
         f"(or set dataset.root / FEDPART_DATA){why}"
     )
 
@@ -683,182 +634,141 @@ def load_synthetic(
     )
 
 
-# ----------------------------------------------------------------------------- registry
+# ----------------------------------------------------------------------------- the records
+# The built-in datasets take the public path a user's dataset takes (docs/extending.md).
 _IDX_GZ = tuple(f + ".gz" for f in _IDX_FILES)
-DATASETS: dict[str, DatasetInfo] = {
-    "mnist": DatasetInfo(
-        "mnist",
-        "MNIST handwritten digits, 60k+10k, 1x28x28",
-        10,
-        (1, 28, 28),
-        _IDX_GZ,
-        {},
-        False,
-        "MNIST/raw",
-    ),
-    "fmnist": DatasetInfo(
-        "fmnist",
-        "Fashion-MNIST, 60k+10k, 1x28x28 (also read from /usr/share/datasets/fashion-mnist)",
-        10,
-        (1, 28, 28),
-        _IDX_GZ,
-        {},
-        False,
-        "FashionMNIST/raw",
-    ),
-    "emnist": DatasetInfo(
-        "emnist",
-        "EMNIST (byclass 62, balanced 47, letters 26, digits 10 classes), 1x28x28",
-        47,
-        (1, 28, 28),
-        tuple(
-            f"emnist-<split>-{p}-ubyte.gz"
-            for p in (
-                "train-images-idx3",
-                "train-labels-idx1",
-                "test-images-idx3",
-                "test-labels-idx1",
-            )
-        ),
-        {"split": "byclass, balanced (default), letters or digits"},
-        False,
-        "EMNIST/raw",
-    ),
-    "cifar10": DatasetInfo(
-        "cifar10",
-        "CIFAR-10 (binary version), 50k+10k, 3x32x32",
-        10,
-        (3, 32, 32),
-        tuple(f"data_batch_{i}.bin" for i in range(1, 6)) + ("test_batch.bin",),
-        {},
-        False,
+
+
+def _files(folder: str, title: str, *files: str, options: dict[str, str] | None = None) -> dict:
+    """The record fields of a dataset read from files (downloaded when allowed)."""
+    return {
+        "files": files,
+        "folder": folder,
+        "title": title,
+        "offline": False,
+        "options": options or {},
+    }
+
+
+def _medmnist(name: str) -> Callable[[Path, bool], DatasetBundle]:
+    def load(root: Path, download: bool) -> DatasetBundle:
+        return _load_medmnist(name, root, download)
+
+    load.__qualname__ = f"load_{name}"
+    return load
+
+
+_EMNIST_FILES = tuple(
+    f"emnist-<split>-{p}-ubyte.gz"
+    for p in ("train-images-idx3", "train-labels-idx1", "test-images-idx3", "test-labels-idx1")
+)
+_EMNIST_SPLIT = {"split": "byclass, balanced (default), letters or digits"}
+_SYNTHETIC_OPTIONS = {
+    "num_samples": "training samples (default 6000; test adds 1/5)",
+    "num_features": "feature dimension (default 60)",
+    "num_classes": "classes (default 10)",
+    "seed": "generator seed (default 0)",
+    "noise": "logit noise (default 1.0)",
+}
+_GREY28, _RGB32 = (1, 28, 28), (3, 32, 32)
+
+register_dataset(
+    "mnist",
+    num_classes=10,
+    input_shape=_GREY28,
+    description="MNIST handwritten digits, 60k+10k, 1x28x28",
+    **_files("MNIST/raw", "MNIST", *_IDX_GZ),
+)(load_mnist)
+register_dataset(
+    "fmnist",
+    num_classes=10,
+    input_shape=_GREY28,
+    description="Fashion-MNIST, 60k+10k, 1x28x28 (also read from /usr/share/datasets/fashion-mnist)",
+    **_files("FashionMNIST/raw", "Fashion-MNIST", *_IDX_GZ),
+)(load_fmnist)
+register_dataset(
+    "emnist",
+    num_classes=47,
+    input_shape=_GREY28,
+    description="EMNIST (byclass 62, balanced 47, letters 26, digits 10 classes), 1x28x28",
+    **_files("EMNIST/raw", "EMNIST", *_EMNIST_FILES, options=_EMNIST_SPLIT),
+)(load_emnist)
+register_dataset(
+    "cifar10",
+    num_classes=10,
+    input_shape=_RGB32,
+    description="CIFAR-10 (binary version), 50k+10k, 3x32x32",
+    **_files(
         "cifar-10-batches-bin",
+        "CIFAR-10",
+        *(f"data_batch_{i}.bin" for i in range(1, 6)),
+        "test_batch.bin",
     ),
-    "cifar100": DatasetInfo(
-        "cifar100",
-        "CIFAR-100 (binary version, fine labels), 50k+10k, 3x32x32",
-        100,
-        (3, 32, 32),
-        ("train.bin", "test.bin"),
-        {},
-        False,
-        "cifar-100-binary",
-    ),
-    "svhn": DatasetInfo(
-        "svhn",
-        "SVHN cropped digits (.mat), 73k+26k, 3x32x32",
-        10,
-        (3, 32, 32),
-        ("train_32x32.mat", "test_32x32.mat"),
-        {},
-        False,
-        "SVHN",
-    ),
-    "cinic10": DatasetInfo(
-        "cinic10",
-        "CINIC-10 PNG folders (train+valid as train), 3x32x32",
-        10,
-        (3, 32, 32),
-        ("train/<class>/*.png", "valid/<class>/*.png", "test/<class>/*.png"),
-        {},
-        False,
+)(load_cifar10)
+register_dataset(
+    "cifar100",
+    num_classes=100,
+    input_shape=_RGB32,
+    description="CIFAR-100 (binary version, fine labels), 50k+10k, 3x32x32",
+    **_files("cifar-100-binary", "CIFAR-100", "train.bin", "test.bin"),
+)(load_cifar100)
+register_dataset(
+    "svhn",
+    num_classes=10,
+    input_shape=_RGB32,
+    description="SVHN cropped digits (.mat), 73k+26k, 3x32x32",
+    **_files("SVHN", "SVHN", "train_32x32.mat", "test_32x32.mat"),
+)(load_svhn)
+register_dataset(
+    "cinic10",
+    num_classes=10,
+    input_shape=_RGB32,
+    description="CINIC-10 PNG folders (train+valid as train), 3x32x32",
+    **_files(
         "CINIC-10",
+        "CINIC-10",
+        "train/<class>/*.png",
+        "valid/<class>/*.png",
+        "test/<class>/*.png",
     ),
-    "tinyimagenet": DatasetInfo(
-        "tinyimagenet",
-        "Tiny-ImageNet-200 (val as test), 3x64x64",
-        200,
-        (3, 64, 64),
-        ("wnids.txt", "train/<wnid>/images/*.JPEG", "val/images/*.JPEG", "val/val_annotations.txt"),
-        {},
-        False,
+)(load_cinic10)
+register_dataset(
+    "tinyimagenet",
+    num_classes=200,
+    input_shape=(3, 64, 64),
+    description="Tiny-ImageNet-200 (val as test), 3x64x64",
+    **_files(
         "tiny-imagenet-200",
+        "Tiny-ImageNet",
+        "wnids.txt",
+        "train/<wnid>/images/*.JPEG",
+        "val/images/*.JPEG",
+        "val/val_annotations.txt",
     ),
-    "pathmnist": DatasetInfo(
-        "pathmnist",
-        "MedMNIST PathMNIST (.npz, train+val as train), 3x28x28",
-        9,
-        (3, 28, 28),
-        ("pathmnist.npz",),
-        {},
-        False,
-        "MedMNIST",
-    ),
-    "organamnist": DatasetInfo(
-        "organamnist",
-        "MedMNIST OrganAMNIST (.npz), 1x28x28",
-        11,
-        (1, 28, 28),
-        ("organamnist.npz",),
-        {},
-        False,
-        "MedMNIST",
-    ),
-    "organcmnist": DatasetInfo(
-        "organcmnist",
-        "MedMNIST OrganCMNIST (.npz), 1x28x28",
-        11,
-        (1, 28, 28),
-        ("organcmnist.npz",),
-        {},
-        False,
-        "MedMNIST",
-    ),
-    "digits": DatasetInfo(
-        "digits",
-        "scikit-learn UCI digits, 1,797 images 1x8x8 (bundled)",
-        10,
-        (1, 8, 8),
-        (),
-        {},
-        True,
-    ),
-    "synthetic": DatasetInfo(
-        "synthetic",
-        "Gaussian features with a random softmax teacher",
-        10,
-        (60,),
-        (),
-        {
-            "num_samples": "training samples (default 6000; test adds 1/5)",
-            "num_features": "feature dimension (default 60)",
-            "num_classes": "classes (default 10)",
-            "seed": "generator seed (default 0)",
-            "noise": "logit noise (default 1.0)",
-        },
-        True,
-    ),
-}
-
-_LOADERS: dict[str, Callable[..., DatasetBundle]] = {
-    "mnist": load_mnist,
-    "fmnist": load_fmnist,
-    "emnist": load_emnist,
-    "cifar10": load_cifar10,
-    "cifar100": load_cifar100,
-    "svhn": load_svhn,
-    "cinic10": load_cinic10,
-    "tinyimagenet": load_tinyimagenet,
-    "pathmnist": lambda root, download: _load_medmnist("pathmnist", root, download),
-    "organamnist": lambda root, download: _load_medmnist("organamnist", root, download),
-    "organcmnist": lambda root, download: _load_medmnist("organcmnist", root, download),
-    "digits": load_digits,
-    "synthetic": load_synthetic,
-}
-
-
-def load_dataset(
-    name: str, root: str | os.PathLike | None = None, *, download: bool = True, **options: Any
-) -> DatasetBundle:
-    """Load a registered dataset from ``root`` (see :func:`resolve_root`)."""
-    if name not in DATASETS:
-        raise ConfigError(
-            "dataset.name",
-            f"unknown dataset '{name}'; valid choices: {', '.join(sorted(DATASETS))}",
-        )
-    valid = DATASETS[name].options
-    for opt in options:
-        if opt not in valid:
-            choices = ", ".join(sorted(valid)) or "(none)"
-            raise ConfigError(f"dataset.{opt}", f"unknown option for {name}; valid: {choices}")
-    return _LOADERS[name](resolve_root(root), download, **options)
+)(load_tinyimagenet)
+for _name, _title, _what in (
+    ("pathmnist", "PathMNIST", "PathMNIST (.npz, train+val as train)"),
+    ("organamnist", "OrganAMNIST", "OrganAMNIST (.npz)"),
+    ("organcmnist", "OrganCMNIST", "OrganCMNIST (.npz)"),
+):
+    _classes, _channels = MEDMNIST[_name]
+    register_dataset(
+        _name,
+        num_classes=_classes,
+        input_shape=(_channels, 28, 28),
+        description=f"MedMNIST {_what}, {_channels}x28x28",
+        **_files("MedMNIST", _title, f"{_name}.npz"),
+    )(_medmnist(_name))
+register_dataset(
+    "digits",
+    num_classes=10,
+    input_shape=(1, 8, 8),
+    description="scikit-learn UCI digits, 1,797 images 1x8x8 (bundled)",
+)(load_digits)
+register_dataset(
+    "synthetic",
+    num_classes=10,
+    input_shape=(60,),
+    description="Gaussian features with a random softmax teacher",
+    options=_SYNTHETIC_OPTIONS,
+)(load_synthetic)

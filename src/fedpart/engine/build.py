@@ -19,7 +19,7 @@ from fedpart.engine.capacity import CapacityProfile, capacity_profile, narrow_fo
 from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.engine.placement import configure_device, eval_batch_size
 from fedpart.engine.store import ClientStateStore
-from fedpart.errors import FedpartError
+from fedpart.errors import ConfigError, FedpartError
 from fedpart.models import BlockModel, build_model
 from fedpart.registry import methods
 from fedpart.seeding import seed_for
@@ -50,7 +50,8 @@ def model_options(cfg: Config, algo_cls: Any) -> dict[str, Any]:
 
     offered = MODELS[cfg.model.name].options
     defaults = {k: v for k, v in algo_cls.model_defaults.items() if k in offered}
-    return {**defaults, **cfg.model.options}
+    head = {} if cfg.model.head is None else {"head": cfg.model.head}
+    return {**defaults, **cfg.model.options, **head}
 
 
 def channels_last(cfg: Config, model: BlockModel) -> bool:
@@ -158,3 +159,25 @@ def run_topology(cfg: Config, algorithm: Any, num_clients: int) -> Topology | No
     if algorithm.setting != "decentralized":
         return None
     return build_topology(cfg, num_clients, algorithm.default_topology)
+
+
+def check_split(algorithm: Any, model: BlockModel) -> None:
+    """Refuse a method whose personal or shared part comes out empty on this model (FedPer on
+    a one-block model would upload nothing; LG-FedAvg would be FedAvg), in one line."""
+    cls = type(algorithm)
+    blocks = model.block_names
+    name = algorithm.ctx.cfg.model.name
+    if cls.needs_head_and_body and not model.body_names():
+        raise ConfigError(
+            "model.head",
+            f"{cls.name} treats the head ({', '.join(model.head_names)}) and the body apart, but "
+            f"model '{name}' has no body (blocks: {', '.join(blocks)}); use a "
+            "model with two blocks or more, the last one(s) the head (model.head)",
+        )
+    if cls.communicates and set(blocks) <= algorithm.personal_blocks():
+        raise ConfigError(
+            "algorithm.name",
+            f"{cls.name} keeps every block of the model ({', '.join(blocks)}) personal, so "
+            "nothing would be shared; give the model a body apart from its head (model.head) "
+            "or use algorithm.name=local",
+        )

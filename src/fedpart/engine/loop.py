@@ -51,6 +51,7 @@ class LoopRun(Protocol):
     def result(self) -> Result: ...
     def save_checkpoint(self) -> None: ...
     def close_workers(self) -> None: ...
+    def backend_description(self) -> str: ...
 
 
 #: what produced each accuracy of ``summary.json`` (its ``protocols`` entry)
@@ -166,6 +167,7 @@ def run_result(sim: LoopRun) -> Result:
         protocols=PROTOCOL_DOCS,
         extra={
             "seed": cfg.seed,
+            "backend": sim.backend_description(),
             "model": cfg.model.name,
             # the options the model was built with, the method's model_defaults included
             # (FedBN's BatchNorm): a comparison table marks runs whose model differs

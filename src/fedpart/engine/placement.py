@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from typing import Any
 
 import torch
@@ -41,6 +42,46 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+#: environment variables that hold a math library to another instruction set than the CPU's
+ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "MKL_CBWR")
+
+
+def _cpu_flags() -> list[str]:
+    """The CPU's vector instruction sets (``/proc/cpuinfo``'s flags that the kernels dispatch
+    on: SSE4, AVX*, FMA, F16C, AMX), empty where the file is absent."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = line.split(":", 1)[1].split()
+                    keep = ("sse4", "avx", "fma", "f16c", "amx")
+                    return sorted(x for x in flags if x.startswith(keep))
+    except OSError:
+        pass
+    return []
+
+
+def _library_version(pattern: str) -> str | None:
+    """A version printed by ``torch.__config__.show()`` (the libraries torch was built with)."""
+    match = re.search(pattern, torch.__config__.show())
+    return match.group(1) if match else None
+
+
+def cpu_record() -> dict[str, Any]:
+    """Where a CPU run computed, for reading a mismatch between two machines' numbers: the CPU
+    model and its vector instruction sets, the instruction set ATen's kernels dispatch on, the
+    MKL and oneDNN versions, and any environment variable holding a library to another set."""
+    return {
+        "device": cpu_name(),
+        "cpu_flags": " ".join(_cpu_flags()),
+        "aten_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl": bool(torch.backends.mkl.is_available()),
+        "mkl_version": _library_version(r"Math Kernel Library Version ([\w.]+)"),
+        "onednn_version": _library_version(r"MKL-DNN (v[\d.]+)"),
+        "isa_env": {k: os.environ[k] for k in ISA_VARIABLES if k in os.environ},
+    }
+
+
 def configure_device(device: torch.device, deterministic: bool) -> dict[str, Any]:
     """Apply ``engine.deterministic`` for ``device`` and return what ``summary.json`` records.
 
@@ -58,11 +99,7 @@ def configure_device(device: torch.device, deterministic: bool) -> dict[str, Any
         "torch": torch.__version__,
     }
     if device.type != "cuda":
-        record.update(
-            device=cpu_name(),
-            threads=torch.get_num_threads(),
-            mkl=bool(torch.backends.mkl.is_available()),
-        )
+        record.update(cpu_record(), threads=torch.get_num_threads())
         return record
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG)

@@ -85,6 +85,7 @@ class Simulation:
         self.model = build.run_model(cfg, self.algorithm, data, self.capacity, self.device)
         self._macs = MacCounters(self.model, tuple(data.bundle.input_shape), data.num_classes)
         self.store = build.client_store(self.model, self.algorithm)
+        build.check_split(self.algorithm, self.model)
         self.topology = build.run_topology(cfg, self.algorithm, data.num_clients)
         #: where local training runs (``engine.backend``)
         self.executor: Backend = make_backend(

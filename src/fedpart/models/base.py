@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,16 +23,12 @@ from torch import Tensor, nn
 from fedpart.errors import ConfigError
 
 __all__ = [
-    "MODELS",
     "BlockModel",
     "ConvBlock",
     "DenseBlock",
     "LayoutConv2d",
-    "ModelInfo",
-    "build_model",
     "batchnorm_keys",
     "count_parameters",
-    "register_model",
 ]
 
 
@@ -41,13 +36,16 @@ __all__ = [
 class BlockModel(nn.Module):
     """A classifier whose top-level child modules are its blocks, in forward order.
 
-    Subclasses register their blocks as attributes in forward order, then call
-    :meth:`_finalize` at the end of ``__init__``. They set ``_head_names`` when the head is more
-    than the last block, and override :meth:`pool_features` when the body output needs more than
-    flattening (e.g. global average pooling).
+    Subclasses register their blocks as attributes in forward order (``build_model`` then
+    checks the structure and sets :attr:`feature_dim` by a dry forward pass; a model may also
+    call :meth:`_finalize` itself). They set :attr:`head_names` when the head is more than the
+    last block, and override :meth:`pool_features` when the body output needs more than
+    flattening (e.g. global average pooling). A model must compute ``forward(x)`` as
+    ``classify(features(x))``: training calls ``forward``, evaluation ``features`` once and
+    then each client's head; ``build_model`` refuses a model whose two paths differ.
     """
 
-    _head_names: tuple[str, ...] | None = None
+    _declared_head: tuple[str, ...] | None = None
     #: what ``engine.conv_layout=auto`` picks on the CPU: channels-last unless measured slower for
     #: this model (``benchmarks/conv_layout.py``)
     channels_last_on_cpu: bool = True
@@ -64,10 +62,16 @@ class BlockModel(nn.Module):
 
     @property
     def head_names(self) -> tuple[str, ...]:
-        """The classifier block(s): the last block unless the model says otherwise."""
-        if self._head_names is not None:
-            return self._head_names
+        """The classifier block(s): the last block unless the model (or ``model.head`` in a
+        config) says otherwise. Methods keep these personal (FedPer), train them apart
+        (FedRep) or freeze them (FedBABU); the rest is the body."""
+        if self._declared_head is not None:
+            return self._declared_head
         return (self.block_names[-1],)
+
+    @head_names.setter
+    def head_names(self, names: Sequence[str]) -> None:
+        self._declared_head = tuple(names)
 
     def body_names(self) -> tuple[str, ...]:
         """The feature-extractor blocks: :attr:`block_names` minus :attr:`head_names`."""
@@ -310,62 +314,6 @@ class DenseBlock(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         x = super().forward(torch.flatten(x, 1))
         return F.relu(x) if self.relu else x
-
-
-# --------------------------------------------------------------------------------- registry
-@dataclass(frozen=True)
-class ModelInfo:
-    """A registered model: its name, a one-line description and its options (option → doc)."""
-
-    name: str
-    description: str
-    options: dict[str, str] = field(default_factory=dict)
-
-
-MODELS: dict[str, ModelInfo] = {}
-_BUILDERS: dict[str, Callable[..., BlockModel]] = {}
-
-
-def register_model(
-    name: str, description: str, options: dict[str, str] | None = None
-) -> Callable[[Callable[..., BlockModel]], Callable[..., BlockModel]]:
-    """Decorator registering ``builder(num_classes=, input_shape=, **options)`` under ``name``."""
-
-    def wrap(builder: Callable[..., BlockModel]) -> Callable[..., BlockModel]:
-        if name in MODELS:
-            raise ValueError(f"model name {name!r} registered twice")
-        MODELS[name] = ModelInfo(name, description, dict(options or {}))
-        _BUILDERS[name] = builder
-        return builder
-
-    return wrap
-
-
-def build_model(
-    name: str, *, num_classes: int, input_shape: tuple[int, ...], **options: Any
-) -> BlockModel:
-    """Build the registered model ``name`` for ``input_shape`` ((C, H, W) or (D,)) and classes.
-
-    Raises :class:`ConfigError` for an unknown model, an unknown option or an invalid value.
-    Parameters are initialised from torch's global RNG: seed it first for a reproducible model.
-    """
-    if name not in MODELS:
-        raise ConfigError(
-            "model.name", f"unknown model '{name}'; valid choices: {', '.join(sorted(MODELS))}"
-        )
-    valid = MODELS[name].options
-    for opt in options:
-        if opt not in valid:
-            choices = ", ".join(sorted(valid)) or "(none)"
-            raise ConfigError(
-                f"model.{opt}", f"unknown option for model '{name}'; valid: {choices}"
-            )
-    shape = tuple(int(s) for s in input_shape)
-    if not shape or any(s < 1 for s in shape):
-        raise ValueError(f"input_shape must be positive sizes, got {input_shape}")
-    if int(num_classes) < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    return _BUILDERS[name](num_classes=int(num_classes), input_shape=shape, **options)
 
 
 # --------------------------------------------------------------------------------- option checks

@@ -16,8 +16,8 @@ from fedpart.models.base import (
     flat_size,
     image_shape,
     int_option,
-    register_model,
 )
+from fedpart.models.registry import register_model
 
 __all__ = ["FedAvgCNN", "LeNet5", "Pa3dFLCNN"]
 
@@ -46,7 +46,7 @@ class FedAvgCNN(BlockModel):
     ) -> None:
         super().__init__()
         c, h, w = image_shape(name, input_shape)
-        self._head_names = head
+        self.head_names = head
         c1, c2, hidden = 32 // width, 64 // width, 512 // width
         bn = norm == "bn"
         self.conv1 = ConvBlock(c, c1, 5, padding=padding, batchnorm=bn)

@@ -468,7 +468,7 @@ class FactorizedCNN(BlockModel):
         self.head = nn.Linear(hidden, num_classes)
         if local_head:
             self.local_head = nn.Linear(hidden, num_classes)
-            self._head_names = ("head", "local_head")
+            self.head_names = ("head", "local_head")
         self._finalize(input_shape)
 
     def _full_layers(self, c: int, h: int, w: int, spec: dict[str, Any]) -> dict[str, _Layer]:

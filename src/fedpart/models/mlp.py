@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedpart.errors import ConfigError
-from fedpart.models.base import BlockModel, DenseBlock, flat_size, register_model
+from fedpart.models.base import BlockModel, DenseBlock, flat_size
+from fedpart.models.registry import register_model
 
 __all__ = ["MLP"]
 

@@ -15,8 +15,8 @@ from fedpart.models.base import (
     choice_option,
     image_shape,
     int_option,
-    register_model,
 )
+from fedpart.models.registry import register_model
 
 __all__ = ["BasicBlock", "ResNet18"]
 

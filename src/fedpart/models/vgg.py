@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedpart.models.base import BlockModel, LayoutConv2d, dry_forward, image_shape, register_model
+from fedpart.models.base import BlockModel, LayoutConv2d, dry_forward, image_shape
+from fedpart.models.registry import register_model
 
 __all__ = ["VGG11_CFG", "ConvBNBlock", "VGG11"]
 

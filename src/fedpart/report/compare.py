@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,8 @@ def load_run(path: str | os.PathLike) -> RunRecord:
         except (OSError, ValueError, yaml.YAMLError, RecursionError) as exc:
             raise FedpartError(f"{p / 'config.yaml'}: cannot read (not UTF-8 YAML)") from exc
         config = loaded if isinstance(loaded, dict) else None
+    if config and isinstance(config.get("plugins"), list):
+        _import_plugins(config["plugins"], p / "config.yaml")
     return RunRecord(
         path=p.resolve(),
         summary=summary,
@@ -113,6 +116,17 @@ def load_run(path: str | os.PathLike) -> RunRecord:
         clients=clients if isinstance(clients, dict) else None,
         config=config,
     )
+
+
+def _import_plugins(names: list[Any], where: Path) -> None:
+    """The plugins a run was made with, so its method is known by its setting; one that
+    cannot be imported is a notice (the table needs only the run's files)."""
+    from fedpart.plugins import load_plugins
+
+    try:
+        load_plugins([str(n) for n in names], f"plugins of {where}")
+    except FedpartError as exc:
+        print(f"notice: {exc}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------- table
@@ -172,23 +186,79 @@ def _model_of(run: RunRecord) -> str | None:
     return f"{s['model']}({inner})"
 
 
-def model_marks(runs: Sequence[RunRecord]) -> tuple[list[str], str | None]:
-    """``‡`` for each run whose model differs from the one most runs trained (e.g. FedBN's and
-    FedAP's BatchNorm variant beside everyone else's model), and the footnote naming both."""
-    models = [_model_of(r) for r in runs]
-    known = [m for m in models if m is not None]
-    if len(set(known)) < 2:
-        return [""] * len(runs), None
-    common = max(set(known), key=known.count)
-    marks = [" ‡" if m is not None and m != common else "" for m in models]
-    others = sorted({m for m in known if m != common})
-    note = (
-        f"‡ trained another model than the other runs ({common}): "
-        + "; ".join(others)
-        + " — the method's own model defaults (e.g. BatchNorm for FedBN and FedAP); its "
-        "accuracy is not comparable with the rest of the table as a method alone."
-    )
-    return marks, note
+#: what a comparison holds fixed besides the method: summary.json's record of each
+SETUP_FIELDS = ("dataset", "model", "rounds", "seed", "backend")
+
+
+def _setup(run: RunRecord) -> dict[str, str | None]:
+    s = run.summary
+    values = {
+        "dataset": s.get("dataset"),
+        "model": _model_of(run),
+        "rounds": s.get("rounds_completed"),
+        "seed": s.get("seed"),
+        "backend": s.get("backend"),
+    }
+    return {k: None if v is None else str(v) for k, v in values.items()}
+
+
+class Setup(NamedTuple):
+    """What the runs of a table share and where they differ (besides the method)."""
+
+    #: per run, `` ‡`` when it differs from most runs in anything but the method
+    marks: list[str]
+    #: the fields that differ between runs, one table column each
+    columns: list[str]
+    #: the footnote naming what differs, or None
+    note: str | None
+    #: one line with what every run shares, or None
+    shared: str | None
+
+
+def setup_marks(runs: Sequence[RunRecord]) -> Setup:
+    """Compare the runs' dataset, model (with options), rounds, seed and backend: a run that
+    differs from most runs in any of them is marked ``‡``, the differing fields become columns,
+    and a footnote names what differs (FedBN's and FedAP's BatchNorm variant of the model is
+    such a difference: their accuracy is then not that of the method alone)."""
+    setups = [_setup(r) for r in runs]
+    marks = [""] * len(runs)
+    columns, differences, shared = [], [], []
+    labels = _labels(runs)
+    for name in SETUP_FIELDS:
+        values = [s[name] for s in setups]
+        known = [v for v in values if v is not None]
+        if not known:
+            continue
+        if len(set(known)) < 2:
+            shared.append(f"{name} {known[0]}")
+            continue
+        columns.append(name)
+        common = max(set(known), key=known.count)
+        others = []
+        for i, v in enumerate(values):
+            if v is not None and v != common:
+                marks[i] = " ‡"
+                why = ""
+                if name == "model" and _method_model_defaults(runs[i]):
+                    why = ", the method's own model defaults"
+                others.append(f"{labels[i]}: {v}{why}")
+        differences.append(f"{name} (most runs: {common}; {'; '.join(others)})")
+    note = None
+    if differences:
+        note = (
+            "‡ differs from the other runs in more than the method — "
+            + "; ".join(differences)
+            + ": its accuracy is not comparable with the rest of the table as a method alone."
+        )
+    line = "All runs: " + ", ".join(shared) + "." if shared else None
+    return Setup(marks, columns, note, line)
+
+
+def _method_model_defaults(run: RunRecord) -> bool:
+    from fedpart.registry import methods
+
+    cls = methods().get(run.algorithm)
+    return bool(getattr(cls, "model_defaults", None))
 
 
 FINAL_STAGE_NOTE = (
@@ -207,9 +277,11 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
     the table (best and last-10 do not include that stage).
     """
     has_global = any(_stat(r.summary, "global_accuracy", "final") is not None for r in runs)
+    setup = setup_marks(runs)
     header = [
         "run",
         "algorithm",
+        *setup.columns,
         "final acc %",
         "best acc % (round)",
         "last-10 mean %",
@@ -220,8 +292,7 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
     header += ["up MB", "down MB", "wall s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     marked = False
-    model_mark, model_note = model_marks(runs)
-    for run, label, other_model in zip(runs, _labels(runs), model_mark, strict=True):
+    for run, label, other in zip(runs, _labels(runs), setup.marks, strict=True):
         s = run.summary
         mark = " †" if has_final_stage(run.metrics) else ""
         marked |= bool(mark)
@@ -232,8 +303,9 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
         comm = s.get("communication") if isinstance(s.get("communication"), dict) else {}
         wall = s.get("wall_seconds")
         row = [
-            _cell(label) + other_model,
+            _cell(label) + other,
             _cell(run.algorithm),
+            *(_cell(_setup(run)[c] or "-") for c in setup.columns),
             _pct(_stat(s, "accuracy", "final")) + mark,
             best,
             _pct(_stat(s, "accuracy", "last10_mean")),
@@ -249,8 +321,8 @@ def compare_table(runs: Sequence[RunRecord]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     if marked:
         lines += ["", FINAL_STAGE_NOTE]
-    if model_note:
-        lines += ["", model_note]
+    if setup.note:
+        lines += ["", setup.note]
     return "\n".join(lines)
 
 
@@ -416,7 +488,9 @@ def _setting_groups(runs: Sequence[RunRecord]) -> list[tuple[str, list[int]]]:
     """Runs grouped by their method's setting (centralized, cloud-edge, decentralized) when
     there are more than 12 runs of several settings — one panel each keeps the curves
     readable; otherwise one group of all runs."""
-    from fedpart.algorithms import ALGORITHMS
+    from fedpart.registry import methods
+
+    ALGORITHMS = methods()  # with the plugins' methods: placed by their declared setting
 
     def setting(run: RunRecord) -> str:
         cls = ALGORITHMS.get(run.algorithm)
@@ -674,7 +748,8 @@ def write_report(
     written, ``accuracy.png`` and ``clients.png`` in ``out_dir`` (default: the runs' common
     parent directory).
 
-    The text is the :func:`compare_table`; when any run has capacity groups
+    The text is the :func:`compare_table`, then what every run shares (dataset, model,
+    rounds, seed, backend: :func:`setup_marks`); when any run has capacity groups
     (``federation.capacity``), followed by the :func:`capacity_group_table` of those runs, and
     ``capacity_groups.png`` (:func:`plot_capacity_groups`) is written too.
 
@@ -692,6 +767,10 @@ def write_report(
     plot_accuracy(runs, written[0])
     plot_client_accuracy(runs, written[1])
     text = compare_table(runs)
+    shared = setup_marks(runs).shared
+    if shared:  # right under the table, before its footnotes
+        table, _, notes = text.partition("\n\n")
+        text = "\n\n".join(x for x in (table, shared, notes) if x)
     groups = capacity_group_table(runs)
     if groups:
         text += f"\n\n{CAPACITY_TABLE_TITLE}\n\n{groups}"
