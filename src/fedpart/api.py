@@ -29,20 +29,26 @@ def _as_config(
     return load_config(config, overrides)
 
 
-def output_path(cfg: Config) -> Path:
-    """``output.dir`` with its ``{algorithm}``, ``{dataset}``, ``{seed}``, ``{time}`` filled in."""
+def output_path(
+    cfg: Config, template: str | None = None, *, algorithm: str | None = None, stamp: str = ""
+) -> Path:
+    """``output.dir`` (or ``template``) with its ``{algorithm}``, ``{dataset}``, ``{seed}``,
+    ``{time}`` filled in (``algorithm``, ``stamp``: in place of the config's and now); a
+    placeholder that is none of these is one line."""
+    template = cfg.output.dir if template is None else template
     try:
         return Path(
-            cfg.output.dir.format(
-                algorithm=cfg.algorithm.name,
+            template.format(
+                algorithm=algorithm or cfg.algorithm.name,
                 dataset=cfg.dataset.name,
                 seed=cfg.seed,
-                time=time.strftime("%Y%m%d-%H%M%S"),
+                time=stamp or time.strftime("%Y%m%d-%H%M%S"),
             )
         )
-    except (KeyError, IndexError, ValueError) as exc:
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
         raise FedpartError(
-            f"output.dir: bad placeholder in {cfg.output.dir!r}; use {{algorithm}}, {{dataset}}, {{seed}}, {{time}}"
+            f"output.dir: bad placeholder in {template!r} ({type(exc).__name__}: {exc}); "
+            "valid placeholders: {algorithm}, {dataset}, {seed}, {time}"
         ) from exc
 
 

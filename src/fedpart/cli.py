@@ -79,6 +79,7 @@ def _compare_job(config: str, overrides: list[str], run_dir: str) -> dict[str, o
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from fedpart.api import output_path
     from fedpart.config import load_config
     from fedpart.registry import methods
     from fedpart.report import write_report
@@ -101,11 +102,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     jobs = []
     for name in names:
-        out = Path(
-            out_template.format(
-                algorithm=name, dataset=base.dataset.name, seed=base.seed, time=args.stamp
-            )
-        )
+        out = output_path(base, out_template, algorithm=name, stamp=args.stamp)
         cfg = base.with_overrides([f"algorithm.name={name}", f"output.dir={out}"])
         if not cfg.output.overwrite:
             RunDir(out).prepare(False)  # an occupied directory fails before any run starts

@@ -503,7 +503,35 @@ def _set_overrides(data: dict[str, Any], overrides: list[str]) -> None:
             if not isinstance(nxt, dict):
                 raise ConfigError(key, f"'{part}' is not a section")
             node = nxt
-        node[parts[-1]] = _parse_scalar(text)
+        kind = _string_key(parts)
+        if kind is None or (kind == "optional" and text.strip() in _YAML_NULLS):
+            node[parts[-1]] = _parse_scalar(text)
+        else:
+            node[parts[-1]] = text
+
+
+_YAML_NULLS = ("null", "Null", "NULL", "~")
+
+
+def _string_key(parts: list[str]) -> str | None:
+    """``"str"`` (``"optional"``: or null) when the key ``parts`` names holds a string — a
+    path, a name, a template — whose value is then taken as written (``#``, ``:``, quotes and
+    all), not parsed as YAML; None for every other key (YAML, checked later)."""
+    cls: Any = Config
+    for part in parts:
+        if not (
+            dataclasses.is_dataclass(cls) and part in {f.name for f in dataclasses.fields(cls)}
+        ):
+            return None  # an open section's option, or an unknown key
+        cls = typing.get_type_hints(cls)[part]
+    if cls is str:
+        return "str"
+    if typing.get_origin(cls) in (typing.Union, types.UnionType) and set(typing.get_args(cls)) == {
+        str,
+        type(None),
+    }:
+        return "optional"
+    return None
 
 
 def _choice(key: str, value: str, choices: list[str] | tuple[str, ...], what: str) -> None:
