@@ -391,10 +391,12 @@ def _execute_ray(
         ) from exc
     if not ray.is_initialized():
         try:
+            from fedpart.engine.ray_backend import ray_init_options
+
+            # as the Ray backend starts it: no dashboard
             ray.init(
-                address=None if address == "local" else address,
                 ignore_reinit_error=True,
-                log_to_driver=False,
+                **ray_init_options(None if address == "local" else address),
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise FedpartError(f"--ray-address {address}: cannot connect to Ray ({exc})") from exc

@@ -171,7 +171,31 @@ def read_checkpoint(
     else:
         print("notice: no checkpoint yet; starting again from round 0", file=sys.stderr)
     cfg = file_cfg.with_overrides(overrides) if overrides else file_cfg
+    check_engine_taken(config_path, cfg, overrides)
     return cfg, tensors, meta
+
+
+def check_engine_taken(config_path: Path, cfg: Config, overrides: list[str]) -> None:
+    """Say which ``engine.*`` settings a resume takes from the directory's config.yaml, and
+    refuse to connect to the Ray cluster it names unless the caller names it too (a run
+    directory from elsewhere must not send the work to a machine the caller did not ask for)."""
+    given = {o.split("=", 1)[0].strip() for o in overrides}
+    address = cfg.engine.ray_address
+    if address and "engine.ray_address" not in given:
+        raise ConfigError(
+            "engine.ray_address",
+            f"{config_path} resumes on the Ray cluster at {address!r}; pass "
+            f"engine.ray_address={address} to resume there, or engine.ray_address= (empty) to run "
+            "here",
+        )
+    e = cfg.engine
+    taken = {
+        k: getattr(e, k)
+        for k in ("backend", "device", "threads", "workers", "deterministic")
+        if f"engine.{k}" not in given
+    }
+    shown = ", ".join(f"engine.{k}={v}" for k, v in taken.items())
+    print(f"notice: resuming with {shown} from {config_path}", file=sys.stderr)
 
 
 def restore(

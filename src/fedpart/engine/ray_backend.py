@@ -193,6 +193,21 @@ def _train_task(
     return _train_job(model, data, payload, target), ray.get_runtime_context().get_node_id()
 
 
+def ray_init_options(address: str | None, num_cpus: int | None = None) -> dict[str, Any]:
+    """How fedpart starts or joins Ray (a run's backend, ``fedpart sweep --ray-address``):
+    without the dashboard (no web server opened on the machine), workers' logs not forwarded."""
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": False,
+    }
+    if address:
+        kwargs["address"] = address
+    elif num_cpus:
+        kwargs["num_cpus"] = num_cpus
+    return kwargs
+
+
 class RayTrainer:
     """Submits clients' local training to Ray and gathers the results in client order."""
 
@@ -201,15 +216,7 @@ class RayTrainer:
         engine = sim.cfg.engine
         options = task_options(engine)
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {
-                "include_dashboard": False,
-                "log_to_driver": False,
-                "configure_logging": False,
-            }
-            if engine.ray_address:
-                kwargs["address"] = engine.ray_address
-            elif engine.ray_workers:
-                kwargs["num_cpus"] = engine.ray_workers
+            kwargs = ray_init_options(engine.ray_address, engine.ray_workers)
             try:
                 ray.init(**kwargs)
             except Exception as exc:  # noqa: BLE001 - Ray raises many kinds on a bad address
