@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import torch
 
 from fedpart.config import Config, dump_config, load_config
 from fedpart.data.registry import DatasetBundle, register_dataset
-from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
+from fedpart.engine.checkpoint import engine_taken, read_checkpoint, restore, run_directory
 from fedpart.engine.simulation import Result, Simulation
 from fedpart.errors import FedpartError
 from fedpart.tracking.faults import crash, crash_point
@@ -140,6 +141,9 @@ def _resume_locked(rd: RunDir, overrides: list[str], quiet: bool) -> Result:
     cfg, tensors, meta = read_checkpoint(rd, overrides)
     sim = Simulation(cfg, run_dir=rd.path, quiet=quiet)
     rows = restore(sim, rd, tensors, meta)
+    if not quiet:
+        print(f"resuming with {engine_taken(cfg, overrides)} from {rd.path / 'config.yaml'}",
+              file=sys.stderr)  # fmt: skip
     if crash_point("resume.loaded"):
         crash()
     sim.rows = rows

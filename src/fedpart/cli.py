@@ -138,6 +138,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         # the table and the plots, as ``fedpart report`` makes them, in the runs' common folder
         where = Path(os.path.commonpath([str(d.resolve()) for d in done]))
         table, written = write_report(done, where if len(done) > 1 else where.parent)
+        _print_shared(done)
         print(table)
         print(f"runs: {where}", file=sys.stderr)
         print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
@@ -259,10 +260,20 @@ def _runs_root(output_dir: str) -> Path:
     return Path(*parts) if parts else Path("runs")
 
 
+def _print_shared(paths: list) -> None:
+    """Above a comparison table: what every run shares (what differs is in the table)."""
+    from fedpart.report.compare import shared_setup
+
+    shared = shared_setup(paths)
+    if shared:
+        print(f"{shared}\n")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from fedpart.report import write_report
 
     table, written = write_report(args.dirs, args.out)
+    _print_shared(args.dirs)
     print(table)
     print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0

@@ -176,9 +176,9 @@ def read_checkpoint(
 
 
 def check_engine_taken(config_path: Path, cfg: Config, overrides: list[str]) -> None:
-    """Say which ``engine.*`` settings a resume takes from the directory's config.yaml, and
-    refuse to connect to the Ray cluster it names unless the caller names it too (a run
-    directory from elsewhere must not send the work to a machine the caller did not ask for)."""
+    """Refuse to connect to the Ray cluster a run directory's config.yaml names unless the
+    caller names it too (a run directory from elsewhere must not send the work to a machine
+    the caller did not ask for)."""
     given = {o.split("=", 1)[0].strip() for o in overrides}
     address = cfg.engine.ray_address
     if address and "engine.ray_address" not in given:
@@ -188,14 +188,15 @@ def check_engine_taken(config_path: Path, cfg: Config, overrides: list[str]) -> 
             f"engine.ray_address={address} to resume there, or engine.ray_address= (empty) to run "
             "here",
         )
-    e = cfg.engine
-    taken = {
-        k: getattr(e, k)
-        for k in ("backend", "device", "threads", "workers", "deterministic")
-        if f"engine.{k}" not in given
-    }
-    shown = ", ".join(f"engine.{k}={v}" for k, v in taken.items())
-    print(f"notice: resuming with {shown} from {config_path}", file=sys.stderr)
+
+
+def engine_taken(cfg: Config, overrides: list[str]) -> str:
+    """The ``engine.*`` settings a resume takes from the run's config.yaml (not overridden)."""
+    given = {o.split("=", 1)[0].strip() for o in overrides}
+    keys = ("backend", "device", "threads", "workers", "deterministic")
+    return ", ".join(
+        f"engine.{k}={getattr(cfg.engine, k)}" for k in keys if f"engine.{k}" not in given
+    )
 
 
 def restore(

@@ -748,8 +748,7 @@ def write_report(
     written, ``accuracy.png`` and ``clients.png`` in ``out_dir`` (default: the runs' common
     parent directory).
 
-    The text is the :func:`compare_table`, then what every run shares (dataset, model,
-    rounds, seed, backend: :func:`setup_marks`); when any run has capacity groups
+    The text is the :func:`compare_table`; when any run has capacity groups
     (``federation.capacity``), followed by the :func:`capacity_group_table` of those runs, and
     ``capacity_groups.png`` (:func:`plot_capacity_groups`) is written too.
 
@@ -767,16 +766,18 @@ def write_report(
     plot_accuracy(runs, written[0])
     plot_client_accuracy(runs, written[1])
     text = compare_table(runs)
-    shared = setup_marks(runs).shared
-    if shared:  # right under the table, before its footnotes
-        table, _, notes = text.partition("\n\n")
-        text = "\n\n".join(x for x in (table, shared, notes) if x)
     groups = capacity_group_table(runs)
     if groups:
         text += f"\n\n{CAPACITY_TABLE_TITLE}\n\n{groups}"
         if plot_capacity_groups(runs, out / "capacity_groups.png"):
             written.append(out / "capacity_groups.png")
     return text, written
+
+
+def shared_setup(paths: Sequence[str | os.PathLike]) -> str | None:
+    """One line with what every run in ``paths`` shares besides the method (dataset, model,
+    rounds, seed, backend: :func:`setup_marks`), or None; what differs is in the table."""
+    return setup_marks([load_run(p) for p in find_runs(paths)]).shared
 
 
 def report(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None = None) -> str:
