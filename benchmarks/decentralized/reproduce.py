@@ -130,9 +130,9 @@ def run_name(study: str, part: str, stem: str, seed: int) -> str:
 
 
 def _uapdfl_runs(stems: dict[str, tuple]) -> list[Run]:
-    from calibrate_uapdfl import calibrated
+    from calibrate_uapdfl import old_calibration
 
-    cal = calibrated()
+    cal = old_calibration()
     common = (
         f"partition.pool_size={chosen_pool('uapdfl')}",
         f"federation.rounds={UAPDFL_ROUNDS}",
@@ -186,9 +186,9 @@ MECHANISM_ROUNDS = 60
 def _uapdfl_mechanism_runs() -> list[Run]:
     """UA-PDFL on the whole pool (~35 local steps a round, the paper's ~30; the study's: 2), th_I
     and μ calibrated there by the study's rule: does the rule separate β = 0.5 from β = 5 there?"""
-    from calibrate_uapdfl import calibrated
+    from calibrate_uapdfl import old_calibration
 
-    cal = calibrated(0)
+    cal = old_calibration(0)
     return [
         (
             run_name("uapdfl-mechanism", part, "uapdfl", 0),
