@@ -276,7 +276,11 @@ def grid_report() -> str:
             drops = " ".join(str(r["dropout_clients"]) for r in rec["rounds"])
             share = copying_share(rec)
             win = [r for r in rec["rounds"] if r["round"] in GRID_WINDOW]
-            sim = [r["similar_neighbors_mean"] for r in win if r.get("similar_neighbors_mean")]
+            sim = [
+                r["similar_neighbors_mean"]
+                for r in win
+                if r.get("similar_neighbors_mean") is not None
+            ]
             sim_cell = f"{statistics.mean(sim):.2f}" if sim else "—"
             med = rec["rounds"][-1].get("div_p50")
             rare = ("yes" if share < RARE_SHARE else "no") if beta == 0.5 else ""

@@ -129,18 +129,27 @@ def run_name(study: str, part: str, stem: str, seed: int) -> str:
     return f"{study}-{part}-{stem}-seed{seed}"
 
 
-def _uapdfl_runs(stems: dict[str, tuple]) -> list[Run]:
+def _uapdfl_runs(
+    stems: dict[str, tuple],
+    threshold: float | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+    extra: tuple[str, ...] = (),
+) -> list[Run]:
+    """The study's runs of ``stems``: at the old calibration's th_I (``threshold`` None, the
+    first study, runs ``uapdfl-<part>-<stem>-seed<s>``) or at ``threshold`` (runs
+    ``uapdfl-th<threshold>-<part>-<stem>-seed<s>``), with ``extra`` overrides appended."""
     from calibrate_uapdfl import old_calibration
 
     cal = old_calibration()
+    study = "uapdfl" if threshold is None else threshold_study(threshold)
     common = (
         f"partition.pool_size={chosen_pool('uapdfl')}",
         f"federation.rounds={UAPDFL_ROUNDS}",
-        f"algorithm.threshold={cal['threshold']!r}",
+        f"algorithm.threshold={cal['threshold'] if threshold is None else threshold!r}",
         f"algorithm.mu={cal['mu']!r}",
     )
     runs: list[Run] = []
-    for seed in SEEDS:
+    for seed in seeds:
         for part, part_over in UAPDFL_PARTITIONS.items():
             for stem, (_, overrides, *_) in stems.items():
                 if stem.startswith("uapdfl-"):
@@ -149,11 +158,52 @@ def _uapdfl_runs(stems: dict[str, tuple]) -> list[Run]:
                 opts = common if "algorithm.name=uapdfl" in overrides else common[:2]
                 runs.append(
                     (
-                        run_name("uapdfl", part, stem, seed),
+                        run_name(study, part, stem, seed),
                         CONFIGS / "dfedavg.yaml",
-                        (*opts, *part_over, *overrides, f"seed={seed}"),
+                        (*opts, *part_over, *overrides, *extra, f"seed={seed}"),
                     )
                 )
+    return runs
+
+
+def threshold_study(threshold: float) -> str:
+    """The runs' prefix at a given th_I (the sweep's and the redone study's)."""
+    return f"uapdfl-th{threshold:g}"
+
+
+def _uapdfl_sweep_runs() -> list[Run]:
+    """UA-PDFL at every th_I of the threshold rule's grid, both β, seeds 0-2 (seed 0 first)."""
+    from calibrate_uapdfl import GRID
+
+    uapdfl = {"uapdfl": UAPDFL_METHODS["uapdfl"]}
+    return [run for seed in SEEDS for t in GRID for run in _uapdfl_runs(uapdfl, t, seeds=(seed,))]
+
+
+def _uapdfl_rule_runs() -> list[Run]:
+    """The study's UA-PDFL and Fig. 13's three variants at the rule's th_I (issue 42); the
+    UA-PDFL runs are the sweep's at that th_I."""
+    from calibrate_uapdfl import chosen
+
+    stems = {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}
+    return _uapdfl_runs(stems, chosen()["threshold"])
+
+
+#: local epochs of the scale check: a client of the study's pool holds 56 training images on
+#: average, 2 steps of batch 50 an epoch; 15 epochs make ~30 steps a round, the paper's
+SCALE_EPOCHS = 15
+
+
+def _uapdfl_scale_runs() -> list[Run]:
+    """Is it scale? The study's UA-PDFL with ``SCALE_EPOCHS`` local epochs (~30 steps a round,
+    the paper's), at the old calibration's th_I and at the rule's, both β, seed 0."""
+    from calibrate_uapdfl import chosen, old_calibration
+
+    uapdfl = {"uapdfl": UAPDFL_METHODS["uapdfl"]}
+    extra = (f"federation.local_epochs={SCALE_EPOCHS}",)
+    runs = []
+    for t in (old_calibration()["threshold"], chosen()["threshold"]):
+        for name, config, over in _uapdfl_runs(uapdfl, t, seeds=(0,), extra=extra):
+            runs.append((name.replace("uapdfl-th", "uapdfl-scale-th", 1), config, over))
     return runs
 
 
@@ -213,6 +263,9 @@ EXPERIMENTS = {
     "uapdfl": lambda: _uapdfl_runs(UAPDFL_METHODS),
     "uapdfl-ablation": lambda: _uapdfl_runs(UAPDFL_ABLATION),
     "uapdfl-mechanism": _uapdfl_mechanism_runs,
+    "uapdfl-sweep": _uapdfl_sweep_runs,
+    "uapdfl-rule": _uapdfl_rule_runs,
+    "uapdfl-scale": _uapdfl_scale_runs,
     "dfedpgp": _dfedpgp_runs,
 }
 
@@ -346,7 +399,11 @@ def _dropouts(
             at = [str(by_round.get(m, {}).get("dropout_clients", "—")) for m in marks]
             late = [r for r in rec["rounds"] if r["round"] >= 30]
             drop = [r["dropout_clients"] for r in late if "dropout_clients" in r]
-            sim = [r["similar_neighbors_mean"] for r in late if r.get("similar_neighbors_mean")]
+            sim = [
+                r["similar_neighbors_mean"]
+                for r in late
+                if r.get("similar_neighbors_mean") is not None
+            ]
             med = [r["div_p50"] for r in late if r.get("div_p50") is not None]
             cells = [
                 " ".join(at),
@@ -613,9 +670,14 @@ def main() -> None:
         runs = selected_runs(ap, args, listed)
         if args.stems:
             keep = set(args.stems.split(","))
-            # <study>-<partition>-<stem>-seed<s>
+            # <study>-<partition>-<stem>-seed<s>, the partition one of the studies'
+            parts = (*UAPDFL_PARTITIONS, *DFEDPGP_PARTITIONS)
             runs = {
-                n: r for n, r in runs.items() if n.rsplit("-seed", 1)[0].split("-", 2)[2] in keep
+                n: r
+                for n, r in runs.items()
+                if any(
+                    n.rsplit("-seed", 1)[0].endswith(f"-{p}-{stem}") for p in parts for stem in keep
+                )
             }
         out = Path(args.out)
         jobs = [
