@@ -189,8 +189,10 @@ def _uapdfl_rule_runs() -> list[Run]:
 
 
 #: local epochs of the scale check: a client of the study's pool holds 56 training images on
-#: average, 2 steps of batch 50 an epoch; 15 epochs make ~30 steps a round, the paper's
-SCALE_EPOCHS = 15
+#: average, ceil(n_i / 50) steps of batch 50 an epoch — 1.6 on average over the 30 clients at
+#: β = 0.5, 1.8 at β = 5 (seed 0); 18 epochs make 29 and 32 steps a round, the paper's ~30
+#: (1,500 CIFAR-10 images a client at batch 50)
+SCALE_EPOCHS = 18
 
 
 def _uapdfl_scale_runs() -> list[Run]:
@@ -350,14 +352,18 @@ def _mb(rec: dict) -> float:
     return (comm["up_bytes"] + comm["down_bytes"]) / 2 / s["num_clients"] / rounds / 1e6
 
 
-def _rows(study: str, part: str, stems: dict[str, tuple], paper_col: int | None) -> list[str]:
+def _rows(
+    study: str | dict[str, str], part: str, stems: dict[str, tuple], paper_col: int | None
+) -> list[str]:
+    """One accuracy table; ``study`` names the runs' prefix, or each stem's (a mapping)."""
     head = (
         "| method | final, mean ± std (seeds) | best | seed 0 | seed 1 | seed 2 | MB/client/round |"
     )
     lines = [head + (" paper |" if paper_col is not None else ""), ""]
     lines[1] = "|" + " --- |" * (lines[0].count("|") - 1)
     for stem, (label, *rest) in stems.items():
-        recs = [load(run_name(study, part, stem, s)) for s in SEEDS]
+        where = study if isinstance(study, str) else study[stem]
+        recs = [load(run_name(where, part, stem.split(":")[0], s)) for s in SEEDS]
         done = [r for r in recs if r is not None and "failed" not in r]
         finals = [100 * r["summary"]["accuracy"]["final"] for r in done]
         bests = [100 * r["summary"]["accuracy"]["best"] for r in done]
@@ -372,13 +378,18 @@ def _rows(study: str, part: str, stems: dict[str, tuple], paper_col: int | None)
         mb = f"{statistics.mean(_mb(r) for r in done):.3f}" if done else "—"
         row = f"| {label} | {mean_std(finals, 2)} | {mean_std(bests, 2)} | {' | '.join(seeds)} | {mb} |"
         if paper_col is not None:
-            row += f" {rest[1 + paper_col]:.2f} |"
+            paper = rest[1 + paper_col]
+            row += f" {paper:.2f} |" if paper is not None else " — |"
         lines.append(row)
     return lines
 
 
 def _dropouts(
-    part: str, stems: dict[str, tuple], study: str = "uapdfl", rounds: int = 150
+    part: str,
+    stems: dict[str, tuple],
+    study: str = "uapdfl",
+    rounds: int = 150,
+    seeds: tuple[int, ...] = SEEDS,
 ) -> list[str]:
     """UA-PDFL's client-wise dropouts and similar peers, per run."""
     marks = [m for m in (1, 2, 5, 10, 20, 30, 40, 50, 75, 100, 125, 149) if m < rounds]
@@ -391,7 +402,7 @@ def _dropouts(
     for stem, (label, *_) in stems.items():
         if not stem.startswith("uapdfl"):
             continue
-        for seed in SEEDS:
+        for seed in seeds:
             rec = load(run_name(study, part, stem, seed))
             if rec is None or "failed" in rec:
                 continue
@@ -416,29 +427,258 @@ def _dropouts(
     return lines
 
 
+def _uapdfl_recs(study: str, part: str, stem: str = "uapdfl") -> list[dict]:
+    """The finished records of a UA-PDFL configuration's seeds."""
+    recs = [load(run_name(study, part, stem, s)) for s in SEEDS]
+    return [r for r in recs if r is not None and "failed" not in r]
+
+
+def _window(rec: dict, key: str, lo: int, hi: int | None = None) -> list[float]:
+    return [
+        r[key]
+        for r in rec["rounds"]
+        if r["round"] >= lo and (hi is None or r["round"] <= hi) and r.get(key) is not None
+    ]
+
+
+def _mean_of(recs: list[dict], key: str, lo: int, hi: int | None = None) -> float | None:
+    """The mean of ``key`` over rounds ``lo``..``hi`` of every record in ``recs``."""
+    vals = [v for rec in recs for v in _window(rec, key, lo, hi)]
+    return statistics.mean(vals) if vals else None
+
+
+def _sweep() -> list[str]:
+    """The threshold sweep: UA-PDFL at every grid th_I (and the old calibration's, the first
+    study's records), both β, seeds 0-2, 150 rounds."""
+    from calibrate_uapdfl import GRID, chosen, old_calibration
+
+    old, rule = old_calibration()["threshold"], chosen()["threshold"]
+    points = [(t, threshold_study(t)) for t in GRID] + [(old, "uapdfl")]
+    marks = (1, 2, 5, 10, 20, 30, 50, 100, 149)
+    acc = [
+        "| th_I | β | final, mean ± std | best | seed 0 | seed 1 | seed 2 | MB/client/round |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    dec = [
+        "| th_I | β | seeds | dropouts (of 30) at rounds "
+        + ", ".join(map(str, marks))
+        + " (mean over seeds) | mean dropouts, rounds 5–29 | mean dropouts, rounds 30–149 "
+        "| mean similar peers (of 5), rounds 30–149 | Div 10th / 50th / 90th pct, rounds 30–149 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for t, study in points:
+        name = f"{t:g}" + (
+            " (old calibration)" if t == old else " (the rule's)" if t == rule else ""
+        )
+        for part in UAPDFL_PARTITIONS:
+            beta = PARTITION_LABELS[part].removeprefix("β = ")
+            recs = [load(run_name(study, part, "uapdfl", s)) for s in SEEDS]
+            done = [r for r in recs if r is not None and "failed" not in r]
+            finals = [100 * r["summary"]["accuracy"]["final"] for r in done]
+            bests = [100 * r["summary"]["accuracy"]["best"] for r in done]
+            seeds = [
+                "—"
+                if r is None
+                else "diverged"
+                if "failed" in r
+                else f"{100 * r['summary']['accuracy']['final']:.2f}"
+                for r in recs
+            ]
+            mb = f"{statistics.mean(_mb(r) for r in done):.3f}" if done else "—"
+            acc.append(
+                f"| {name} | {beta} | {mean_std(finals, 2)} | {mean_std(bests, 2)} | "
+                + " | ".join(seeds)
+                + f" | {mb} |"
+            )
+            if not done:
+                dec.append(f"| {name} | {beta} | 0 | — | — | — | — | — |")
+                continue
+            by = [{r["round"]: r for r in rec["rounds"]} for rec in done]
+            at = []
+            for m in marks:
+                vals = [b[m]["dropout_clients"] for b in by if m in b]
+                at.append(f"{statistics.mean(vals):.1f}".removesuffix(".0") if vals else "—")
+
+            early = _mean_of(done, "dropout_clients", 5, 29)
+            late = _mean_of(done, "dropout_clients", 30)
+            sim = _mean_of(done, "similar_neighbors_mean", 30)
+            divs = [_mean_of(done, f"div_p{q}", 30) for q in (10, 50, 90)]
+            dec.append(
+                f"| {name} | {beta} | {len(done)} | {' '.join(at)} | {early:.1f} | {late:.1f} | "
+                + (f"{sim:.2f}" if sim is not None else "—")
+                + " | "
+                + " / ".join(f"{d:.2g}" for d in divs)
+                + " |"
+            )
+    return [
+        "Personalized test accuracy after round 149, %:\n",
+        *acc,
+        "",
+        "UA-PDFL's decisions (a client copies a neighbour: client-wise dropout; similar peers: "
+        "those whose h is averaged in, among the clients that did not copy; Div: over every "
+        "client and the 5 peers in its queue, mean of each round's percentile):\n",
+        *dec,
+    ]
+
+
+def _scale() -> list[str]:
+    """The scale check: ~30 local steps a round on the study's pool, old and rule's th_I."""
+    from calibrate_uapdfl import chosen, old_calibration
+
+    lines: list[str] = []
+    for t in (old_calibration()["threshold"], chosen()["threshold"]):
+        for part in UAPDFL_PARTITIONS:
+            label = f"th_I = {t:g}, {PARTITION_LABELS[part]}"
+            rows = _dropouts(
+                part,
+                {"uapdfl": (label,)},
+                threshold_study(t).replace("uapdfl-th", "uapdfl-scale-th", 1),
+                UAPDFL_ROUNDS,
+                seeds=(0,),
+            )
+            lines += rows if not lines else rows[2:]
+    return lines
+
+
+#: UA-PDFL's accuracy claims at the rule's th_I: (claim, partition, better, worse, relation)
+#: with relation ">" (better above worse) or "≈" (level: the claim holds within the seed spread)
+UAPDFL_CLAIMS = (
+    *(
+        ("UA-PDFL above every other method (Tables 1–2)", part, "uapdfl", "*", ">")
+        for part in UAPDFL_PARTITIONS
+    ),
+    (
+        "Fig. 13a: layer-wise personalization helps (full > without LP)",
+        "beta0.5",
+        "uapdfl",
+        "uapdfl-nolp",
+        ">",
+    ),
+    (
+        "Fig. 13a: client-wise dropout helps (full > without CD)",
+        "beta0.5",
+        "uapdfl",
+        "uapdfl-nocd",
+        ">",
+    ),
+    (
+        "Fig. 13a: dropout alone helps (without LP > without both)",
+        "beta0.5",
+        "uapdfl-nolp",
+        "uapdfl-noboth",
+        ">",
+    ),
+    (
+        "Fig. 13a: layer-wise personalization alone helps (without CD > without both)",
+        "beta0.5",
+        "uapdfl-nocd",
+        "uapdfl-noboth",
+        ">",
+    ),
+    ("Fig. 13b: full ≈ without LP", "beta5", "uapdfl", "uapdfl-nolp", "≈"),
+    (
+        "Fig. 13b: dropout is the main factor (without LP > without CD)",
+        "beta5",
+        "uapdfl-nolp",
+        "uapdfl-nocd",
+        ">",
+    ),
+)
+
+
+def _uapdfl_claims(threshold: float) -> list[str]:
+    """The accuracy claims judged at ``threshold`` by the seed-spread rule (``runner.verdict``),
+    on the final round and on the best; the other methods' records are the study's."""
+    study = threshold_study(threshold)
+    where = {stem: "uapdfl" for stem in UAPDFL_METHODS} | {
+        stem: study for stem in ("uapdfl", *UAPDFL_ABLATION)
+    }
+    labels = {stem: v[0] for stem, v in {**UAPDFL_METHODS, **UAPDFL_ABLATION}.items()}
+
+    def accs(part: str, stem: str, best: bool) -> list[float] | None:
+        recs = [load(run_name(where[stem], part, stem, s)) for s in SEEDS]
+        if any(r is None or "failed" in r for r in recs):
+            return None
+        a = [r["summary"]["accuracy"] for r in recs]
+        return [100 * (max(x["best"], x["final"]) if best else x["final"]) for x in a]
+
+    lines = [
+        f"A claim *holds* when the mean difference exceeds the sum of the two configurations' "
+        'seed standard deviations (for "≈": when it does not), is *reversed* when it is '
+        "below minus that sum, and is otherwise *within the seed spread*; judged on the final "
+        "round and on the best (the higher of the best evaluated round and the final), three "
+        f"seeds each, UA-PDFL and its variants at th_I = {threshold:g}.\n",
+        "| claim | partition | difference, final (points) | verdict, final | difference, best "
+        "| verdict, best |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for claim, part, a, b, rel in UAPDFL_CLAIMS:
+        others = [s for s in UAPDFL_METHODS if s != a] if b == "*" else [b]
+        if any(accs(part, s, False) is None for s in [a, *others]):
+            lines.append(f"| {claim} | {PARTITION_LABELS[part]} | — | waits (seeds) | — | — |")
+            continue
+        cells = []
+        for best in (False, True):
+            fa = accs(part, a, best)
+            fb = {s: accs(part, s, best) for s in others}
+            top = max(fb, key=lambda s: statistics.mean(fb[s]))
+            diff, word = verdict(fa, fb[top])
+            if rel == "≈":
+                word = "holds" if word == "within the seed spread" else f"not level ({word})"
+            vs = f" (vs {labels[top]})" if b == "*" else ""
+            cells += [f"{diff:+.2f}{vs}", word]
+        lines.append(f"| {claim} | {PARTITION_LABELS[part]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def report_uapdfl() -> str:
+    from calibrate_uapdfl import chosen, grid_report
     from calibrate_uapdfl import report as calibration
     from choose_setting import table as pilots
 
+    th = chosen()["threshold"]
+    study = threshold_study(th)
     out = ["### The setting: pilots at β = 0.5 (seed 0, 30 rounds)\n", pilots("uapdfl", "", False)]
-    out += ["\n### UA-PDFL's th_I and μ for this model\n", calibration(), ""]
+    out += ["\n### UA-PDFL's th_I: the threshold rule\n", grid_report(), ""]
+    out += ["### The threshold sweep (150 rounds, seeds 0–2)\n", *_sweep(), ""]
+    methods = {
+        **UAPDFL_METHODS,
+        "uapdfl:old": ("UA-PDFL, old calibration (th_I = 0.19172)", (), None, None),
+    }
+    where = {stem: "uapdfl" for stem in methods} | {"uapdfl": study}  # "uapdfl:old": uapdfl
     for i, part in enumerate(UAPDFL_PARTITIONS):
         out.append(
-            f"### {PARTITION_LABELS[part]}: personalized test accuracy after the last round, %\n"
+            f"### {PARTITION_LABELS[part]}: personalized test accuracy after the last round, "
+            f"%, UA-PDFL at th_I = {th:g}\n"
         )
-        out += _rows("uapdfl", part, UAPDFL_METHODS, i)
+        out += _rows(where, part, methods, i)
         out.append("")
     for part in UAPDFL_PARTITIONS:
-        out.append(f"### Ablation (Fig. 13), {PARTITION_LABELS[part]}\n")
+        out.append(f"### Ablation (Fig. 13), {PARTITION_LABELS[part]}, th_I = {th:g}\n")
+        out += _rows(study, part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, None)
+        out.append("")
+    out.append(f"### The paper's claims at th_I = {th:g}\n")
+    out += _uapdfl_claims(th)
+    out.append("")
+    for part in UAPDFL_PARTITIONS:
+        out.append(f"### UA-PDFL's decisions, {PARTITION_LABELS[part]}, th_I = {th:g}\n")
+        out += _dropouts(part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, study)
+        out.append("")
+    from_ = f"{SCALE_EPOCHS} local epochs"
+    out.append(
+        f"### Is it scale? ~30 local steps a round on the study's pool ({from_}, 150 rounds, "
+        "seed 0)\n"
+    )
+    out += _scale()
+    out.append("")
+    out += ["### The old calibration (the first study's th_I and μ)\n", calibration(), ""]
+    for part in UAPDFL_PARTITIONS:
+        out.append(f"### Ablation (Fig. 13), {PARTITION_LABELS[part]}, old calibration\n")
         out += _rows("uapdfl", part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, None)
-        out.append("")
-    for part in UAPDFL_PARTITIONS:
-        out.append(f"### UA-PDFL's decisions, {PARTITION_LABELS[part]}\n")
-        out += _dropouts(part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION})
         out.append("")
     out.append(
         f"### Mechanism check: UA-PDFL on the whole pool ({MECHANISM_ROUNDS} rounds, seed 0, th_I "
-        "calibrated there by the same rule)\n"
+        "by the old calibration's rule applied there)\n"
     )
     for part in UAPDFL_PARTITIONS:
         stems = {"uapdfl": (f"UA-PDFL, {PARTITION_LABELS[part]}",)}
