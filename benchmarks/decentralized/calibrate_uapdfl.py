@@ -283,9 +283,10 @@ def grid_report() -> str:
             ]
             sim_cell = f"{statistics.mean(sim):.2f}" if sim else "—"
             med = rec["rounds"][-1].get("div_p50")
+            med_cell = "—" if med is None else f"{med:.2g}"
             rare = ("yes" if share < RARE_SHARE else "no") if beta == 0.5 else ""
             lines.append(
-                f"| {t:g} | {beta:g} | {drops} | {share:.1%} | {sim_cell} | {med:.2g} | {rare} |"
+                f"| {t:g} | {beta:g} | {drops} | {share:.1%} | {sim_cell} | {med_cell} | {rare} |"
             )
     try:
         c = chosen()
