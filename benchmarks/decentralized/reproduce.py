@@ -3,6 +3,8 @@
     python benchmarks/decentralized/choose_setting.py uapdfl          # 1. the pool size (criterion)
     python benchmarks/decentralized/calibrate_uapdfl.py               # 2. UA-PDFL's th_I and μ
     python benchmarks/decentralized/reproduce.py --only uapdfl,uapdfl-ablation --jobs 2
+    python benchmarks/decentralized/reproduce.py --only uapdfl-sweep,uapdfl-rule --jobs 2
+    python benchmarks/decentralized/reproduce.py --only uapdfl-scale --jobs 2
     python benchmarks/decentralized/calibrate_uapdfl.py --pool 0 --betas 0.5
     python benchmarks/decentralized/reproduce.py --only uapdfl-mechanism --jobs 2
     python benchmarks/decentralized/choose_setting.py dfedpgp
@@ -16,8 +18,13 @@ Fashion-MNIST, 30 clients, Dirichlet β = 0.5 and 5, the quarter-width 2-conv/2-
 (``configs/decentralized/dfedavg.yaml`` is the base), the pool size chosen by
 ``choose_setting.py``, the paper's 150 rounds with its step decay (×0.95 a round), N_com = 5;
 DFedAvgM with twice the local epochs and half the rounds, as in the paper; UA-PDFL with th_I and
-μ from ``calibrate_uapdfl.py``. ``uapdfl-ablation``: the paper's Fig. 13 (without layer-wise
-personalization, without client-wise dropout, without both) at both β. ``uapdfl-mechanism``
+μ from ``calibrate_uapdfl.py``'s old calibration (the first study). ``uapdfl-ablation``: the
+paper's Fig. 13 (without layer-wise personalization, without client-wise dropout, without both)
+at both β, same th_I. ``uapdfl-sweep`` (issue 42): UA-PDFL at every th_I of the threshold rule's
+grid, both β, seeds 0–2, runs ``uapdfl-th<th_I>-<β>-uapdfl-seed<s>``. ``uapdfl-rule``: UA-PDFL
+and Fig. 13's variants at the th_I the threshold rule chose (its UA-PDFL runs are the sweep's).
+``uapdfl-scale``: UA-PDFL with ``SCALE_EPOCHS`` local epochs (~30 steps a round, the paper's) on
+the study's pool, at the old and at the rule's th_I, both β, seed 0. ``uapdfl-mechanism``
 (after ``calibrate_uapdfl.py --pool 0 --betas 0.5``): UA-PDFL on the whole pool, where a client
 takes ~35 local steps a round, with th_I calibrated there by the same rule, seed 0, 60 rounds —
 whether the rule gives rare dropouts at β = 0.5 and common ones at β = 5 where local training
