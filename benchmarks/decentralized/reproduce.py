@@ -469,7 +469,8 @@ def _sweep() -> list[str]:
     dec = [
         "| th_I | β | seeds | dropouts (of 30) at rounds "
         + ", ".join(map(str, marks))
-        + " (mean over seeds) | mean dropouts, rounds 5–29 | mean dropouts, rounds 30–149 "
+        + " (mean over seeds) | mean dropouts, rounds 5–29, per seed | mean dropouts, rounds "
+        "30–149, per seed "
         "| mean similar peers (of 5), rounds 30–149 | Div 10th / 50th / 90th pct, rounds 30–149 |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -506,12 +507,17 @@ def _sweep() -> list[str]:
                 vals = [b[m]["dropout_clients"] for b in by if m in b]
                 at.append(f"{statistics.mean(vals):.1f}".removesuffix(".0") if vals else "—")
 
-            early = _mean_of(done, "dropout_clients", 5, 29)
-            late = _mean_of(done, "dropout_clients", 30)
+            ok = [r if r is not None and "failed" not in r else None for r in recs]
+            early, late = (
+                " / ".join(
+                    "—" if r is None else f"{_mean_of([r], 'dropout_clients', *w):.1f}" for r in ok
+                )
+                for w in ((5, 29), (30, None))
+            )
             sim = _mean_of(done, "similar_neighbors_mean", 30)
             divs = [_mean_of(done, f"div_p{q}", 30) for q in (10, 50, 90)]
             dec.append(
-                f"| {name} | {beta} | {len(done)} | {' '.join(at)} | {early:.1f} | {late:.1f} | "
+                f"| {name} | {beta} | {len(done)} | {' '.join(at)} | {early} | {late} | "
                 + (f"{sim:.2f}" if sim is not None else "—")
                 + " | "
                 + " / ".join(f"{d:.2g}" for d in divs)
