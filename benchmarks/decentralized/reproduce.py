@@ -195,6 +195,18 @@ def _uapdfl_rule_runs() -> list[Run]:
     return _uapdfl_runs(stems, chosen()["threshold"])
 
 
+#: a second th_I for the ablation, chosen after the sweep (post hoc): the only grid value at
+#: which dropout is rare at β = 0.5 and common at β = 5 on all three study seeds
+EDGE_THRESHOLD = 3e-3
+
+
+def _uapdfl_edge_runs() -> list[Run]:
+    """Fig. 13's variants at ``EDGE_THRESHOLD`` (UA-PDFL itself: the sweep's runs; "without
+    both" does not read th_I: the rule's runs)."""
+    stems = {k: v for k, v in UAPDFL_ABLATION.items() if k != "uapdfl-noboth"}
+    return _uapdfl_runs(stems, EDGE_THRESHOLD)
+
+
 #: local epochs of the scale check: a client of the study's pool holds 56 training images on
 #: average, ceil(n_i / 50) steps of batch 50 an epoch — 1.6 on average over the 30 clients at
 #: β = 0.5, 1.8 at β = 5 (seed 0); 18 epochs make 29 and 32 steps a round, the paper's ~30
@@ -281,6 +293,7 @@ EXPERIMENTS = {
     "uapdfl-sweep": _uapdfl_sweep_runs,
     "uapdfl-rule": _uapdfl_rule_runs,
     "uapdfl-scale": _uapdfl_scale_runs,
+    "uapdfl-edge": _uapdfl_edge_runs,
     "dfedpgp": _dfedpgp_runs,
 }
 
@@ -605,13 +618,16 @@ UAPDFL_CLAIMS = (
 )
 
 
-def _uapdfl_claims(threshold: float) -> list[str]:
+def _uapdfl_claims(threshold: float, noboth: str | None = None) -> list[str]:
     """The accuracy claims judged at ``threshold`` by the seed-spread rule (``runner.verdict``),
-    on the final round and on the best; the other methods' records are the study's."""
+    on the final round and on the best; the other methods' records are the study's, "without
+    both"'s those of ``noboth`` (a study prefix) when given."""
     study = threshold_study(threshold)
     where = {stem: "uapdfl" for stem in UAPDFL_METHODS} | {
         stem: study for stem in ("uapdfl", *UAPDFL_ABLATION)
     }
+    if noboth is not None:
+        where["uapdfl-noboth"] = noboth
     labels = {stem: v[0] for stem, v in {**UAPDFL_METHODS, **UAPDFL_ABLATION}.items()}
 
     def accs(part: str, stem: str, best: bool) -> list[float] | None:
@@ -683,6 +699,19 @@ def report_uapdfl() -> str:
         out.append(f"### UA-PDFL's decisions, {PARTITION_LABELS[part]}, th_I = {th:g}\n")
         out += _dropouts(part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, study)
         out.append("")
+    edge = threshold_study(EDGE_THRESHOLD)
+    out.append(
+        f"### Post hoc: the ablation at th_I = {EDGE_THRESHOLD:g} (the sweep's only th_I with "
+        "rare dropout at β = 0.5 and common at β = 5 on all three seeds)\n"
+    )
+    out.append(f'"Without both" does not read th_I: its rows are the th_I = {th:g} runs.\n')
+    ablation = {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}
+    for part in UAPDFL_PARTITIONS:
+        where_edge = {stem: edge for stem in ablation} | {"uapdfl-noboth": study}
+        rows = _rows(where_edge, part, ablation, None)
+        out += [f"{PARTITION_LABELS[part]}:\n", *rows, ""]
+    out += _uapdfl_claims(EDGE_THRESHOLD, noboth=study)
+    out.append("")
     from_ = f"{SCALE_EPOCHS} local epochs, {SCALE_ROUNDS} rounds"
     out.append(f"### Is it scale? ~30 local steps a round on the study's pool ({from_}, seed 0)\n")
     out += _scale()
