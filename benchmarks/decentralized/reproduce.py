@@ -214,6 +214,8 @@ def _uapdfl_edge_runs() -> list[Run]:
 SCALE_EPOCHS = 18
 
 
+#: the methods run beside UA-PDFL in the scale check
+SCALE_BASELINES = {k: UAPDFL_METHODS[k] for k in ("local", "dfedper")}
 #: rounds of the scale check (a round costs ~9× the study's; the step decay leaves lr at 5 % of
 #: its start by round 59, as in the whole-pool mechanism check)
 SCALE_ROUNDS = 60
@@ -231,6 +233,9 @@ def _uapdfl_scale_runs() -> list[Run]:
     for t in (chosen()["threshold"], old_calibration()["threshold"]):
         for name, config, over in _uapdfl_runs(uapdfl, t, seeds=(0,), extra=extra):
             runs.append((name.replace("uapdfl-th", "uapdfl-scale-th", 1), config, over))
+    # the baselines at the same local compute: what accuracy means there
+    for name, config, over in _uapdfl_runs(SCALE_BASELINES, seeds=(0,), extra=extra):
+        runs.append((name.replace("uapdfl-", "uapdfl-scale-", 1), config, over))
     return runs
 
 
@@ -554,11 +559,38 @@ def _sweep() -> list[str]:
 
 
 def _scale() -> list[str]:
-    """The scale check: ~30 local steps a round on the study's pool, old and rule's th_I."""
+    """The scale check: ~30 local steps a round on the study's pool, old and rule's th_I, and
+    the baselines; accuracy at the last round against the study's (1.6–1.8 steps a round) at
+    the same round and seed."""
     from calibrate_uapdfl import chosen, old_calibration
 
-    lines: list[str] = []
-    for t in (chosen()["threshold"], old_calibration()["threshold"]):
+    last = SCALE_ROUNDS - 1
+    rule, old = chosen()["threshold"], old_calibration()["threshold"]
+    # (label, the scale run's prefix, the study run's prefix, stem)
+    rows = [
+        (f"UA-PDFL, th_I = {rule:g}", threshold_study(rule), threshold_study(rule), "uapdfl"),
+        (f"UA-PDFL, th_I = {old:g} (old calibration)", threshold_study(old), "uapdfl", "uapdfl"),
+    ]
+    rows += [(label, "uapdfl", "uapdfl", stem) for stem, (label, *_) in SCALE_BASELINES.items()]
+    lines = [
+        f"| method | {' | '.join(f'{PARTITION_LABELS[p]}: ~30 steps, round {last}' for p in UAPDFL_PARTITIONS)} "
+        f"| {' | '.join(f'{PARTITION_LABELS[p]}: the study, round {last}' for p in UAPDFL_PARTITIONS)} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, scale_study, study, stem in rows:
+        cells = []
+        for scaled in (True, False):
+            for part in UAPDFL_PARTITIONS:
+                name = run_name(scale_study if scaled else study, part, stem, 0)
+                rec = load(name.replace("uapdfl-", "uapdfl-scale-", 1) if scaled else name)
+                by = (
+                    {} if rec is None or "failed" in rec else {r["round"]: r for r in rec["rounds"]}
+                )
+                cells.append(f"{100 * by[last]['accuracy']:.2f}" if last in by else "—")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    decisions: list[str] = []
+    for t in (rule, old):
         for part in UAPDFL_PARTITIONS:
             label = f"th_I = {t:g}, {PARTITION_LABELS[part]}"
             rows = _dropouts(
@@ -568,8 +600,8 @@ def _scale() -> list[str]:
                 SCALE_ROUNDS,
                 seeds=(0,),
             )
-            lines += rows if not lines else rows[2:]
-    return lines
+            decisions += rows if not decisions else rows[2:]
+    return lines + decisions
 
 
 #: UA-PDFL's accuracy claims at the rule's th_I: (claim, partition, better, worse, relation)
