@@ -402,3 +402,26 @@ def test_results_pages_hold_their_reports_tables(script, page, report):
     repro = _load(f"benchmarks/{script}/reproduce.py")
     text = (runner.ROOT / "docs" / "results" / f"{page}.md").read_text()
     assert runner.stale_sections(text, getattr(repro, report)()) == []
+
+
+def test_uapdfl_threshold_rule_takes_the_largest_rare_candidate(tmp_path, monkeypatch):
+    """``calibrate_uapdfl.chosen``: the largest grid th_I whose β = 0.5 calibration run has on
+    average fewer than 10 % of the clients copying over rounds 5-29 (rounds 0-4 not counted)."""
+    cal = _load("benchmarks/decentralized/calibrate_uapdfl.py")
+    monkeypatch.setattr(cal, "RECORDS", tmp_path)
+    monkeypatch.setattr(cal, "old_calibration", lambda pool=None: {"threshold": 0.2, "mu": 0.04})
+    with pytest.raises(SystemExit, match="is missing"):
+        cal.chosen()
+    # copying clients per round: 30 in rounds 0-4 everywhere; after that 0, 2 (6.7 %), 3 (10 %)
+    after = {1e-4: 0, 3e-4: 0, 1e-3: 2, 3e-3: 3, 1e-2: 0, 3e-2: 30, 1e-1: 30}
+    for t, n in after.items():
+        rounds = [{"round": r, "dropout_clients": 30 if r < 5 else n} for r in range(30)]
+        rec = {"threshold": t, "beta": 0.5, "rounds": rounds}
+        cal.grid_path(t, 0.5).write_text(json.dumps(rec))
+    assert cal.chosen() == {"threshold": 1e-2, "mu": 0.04}  # 3e-3 is at 10 %: not rare
+    assert "The rule's choice: th_I = 0.01" in cal.grid_report()
+    for t in (1e-2, 3e-2, 1e-1):
+        cal.grid_path(t, 0.5).unlink()
+        rounds = [{"round": r, "dropout_clients": 30 if r < 5 else 12} for r in range(30)]
+        cal.grid_path(t, 0.5).write_text(json.dumps({"rounds": rounds}))
+    assert cal.chosen()["threshold"] == 1e-3

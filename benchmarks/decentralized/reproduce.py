@@ -3,6 +3,8 @@
     python benchmarks/decentralized/choose_setting.py uapdfl          # 1. the pool size (criterion)
     python benchmarks/decentralized/calibrate_uapdfl.py               # 2. UA-PDFL's th_I and μ
     python benchmarks/decentralized/reproduce.py --only uapdfl,uapdfl-ablation --jobs 2
+    python benchmarks/decentralized/reproduce.py --only uapdfl-sweep,uapdfl-rule --jobs 2
+    python benchmarks/decentralized/reproduce.py --only uapdfl-scale --jobs 2
     python benchmarks/decentralized/calibrate_uapdfl.py --pool 0 --betas 0.5
     python benchmarks/decentralized/reproduce.py --only uapdfl-mechanism --jobs 2
     python benchmarks/decentralized/choose_setting.py dfedpgp
@@ -16,8 +18,13 @@ Fashion-MNIST, 30 clients, Dirichlet β = 0.5 and 5, the quarter-width 2-conv/2-
 (``configs/decentralized/dfedavg.yaml`` is the base), the pool size chosen by
 ``choose_setting.py``, the paper's 150 rounds with its step decay (×0.95 a round), N_com = 5;
 DFedAvgM with twice the local epochs and half the rounds, as in the paper; UA-PDFL with th_I and
-μ from ``calibrate_uapdfl.py``. ``uapdfl-ablation``: the paper's Fig. 13 (without layer-wise
-personalization, without client-wise dropout, without both) at both β. ``uapdfl-mechanism``
+μ from ``calibrate_uapdfl.py``'s old calibration (the first study). ``uapdfl-ablation``: the
+paper's Fig. 13 (without layer-wise personalization, without client-wise dropout, without both)
+at both β, same th_I. ``uapdfl-sweep`` (issue 42): UA-PDFL at every th_I of the threshold rule's
+grid, both β, seeds 0–2, runs ``uapdfl-th<th_I>-<β>-uapdfl-seed<s>``. ``uapdfl-rule``: UA-PDFL
+and Fig. 13's variants at the th_I the threshold rule chose (its UA-PDFL runs are the sweep's).
+``uapdfl-scale``: UA-PDFL with ``SCALE_EPOCHS`` local epochs (~30 steps a round, the paper's) on
+the study's pool, at the old and at the rule's th_I, both β, seed 0. ``uapdfl-mechanism``
 (after ``calibrate_uapdfl.py --pool 0 --betas 0.5``): UA-PDFL on the whole pool, where a client
 takes ~35 local steps a round, with th_I calibrated there by the same rule, seed 0, 60 rounds —
 whether the rule gives rare dropouts at β = 0.5 and common ones at β = 5 where local training
@@ -129,18 +136,27 @@ def run_name(study: str, part: str, stem: str, seed: int) -> str:
     return f"{study}-{part}-{stem}-seed{seed}"
 
 
-def _uapdfl_runs(stems: dict[str, tuple]) -> list[Run]:
-    from calibrate_uapdfl import calibrated
+def _uapdfl_runs(
+    stems: dict[str, tuple],
+    threshold: float | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+    extra: tuple[str, ...] = (),
+) -> list[Run]:
+    """The study's runs of ``stems``: at the old calibration's th_I (``threshold`` None, the
+    first study, runs ``uapdfl-<part>-<stem>-seed<s>``) or at ``threshold`` (runs
+    ``uapdfl-th<threshold>-<part>-<stem>-seed<s>``), with ``extra`` overrides appended."""
+    from calibrate_uapdfl import old_calibration
 
-    cal = calibrated()
+    cal = old_calibration()
+    study = "uapdfl" if threshold is None else threshold_study(threshold)
     common = (
         f"partition.pool_size={chosen_pool('uapdfl')}",
         f"federation.rounds={UAPDFL_ROUNDS}",
-        f"algorithm.threshold={cal['threshold']!r}",
+        f"algorithm.threshold={cal['threshold'] if threshold is None else threshold!r}",
         f"algorithm.mu={cal['mu']!r}",
     )
     runs: list[Run] = []
-    for seed in SEEDS:
+    for seed in seeds:
         for part, part_over in UAPDFL_PARTITIONS.items():
             for stem, (_, overrides, *_) in stems.items():
                 if stem.startswith("uapdfl-"):
@@ -149,11 +165,77 @@ def _uapdfl_runs(stems: dict[str, tuple]) -> list[Run]:
                 opts = common if "algorithm.name=uapdfl" in overrides else common[:2]
                 runs.append(
                     (
-                        run_name("uapdfl", part, stem, seed),
+                        run_name(study, part, stem, seed),
                         CONFIGS / "dfedavg.yaml",
-                        (*opts, *part_over, *overrides, f"seed={seed}"),
+                        (*opts, *part_over, *overrides, *extra, f"seed={seed}"),
                     )
                 )
+    return runs
+
+
+def threshold_study(threshold: float) -> str:
+    """The runs' prefix at a given th_I (the sweep's and the redone study's)."""
+    return f"uapdfl-th{threshold:g}"
+
+
+def _uapdfl_sweep_runs() -> list[Run]:
+    """UA-PDFL at every th_I of the threshold rule's grid, both β, seeds 0-2 (seed 0 first)."""
+    from calibrate_uapdfl import GRID
+
+    uapdfl = {"uapdfl": UAPDFL_METHODS["uapdfl"]}
+    return [run for seed in SEEDS for t in GRID for run in _uapdfl_runs(uapdfl, t, seeds=(seed,))]
+
+
+def _uapdfl_rule_runs() -> list[Run]:
+    """The study's UA-PDFL and Fig. 13's three variants at the rule's th_I (issue 42); the
+    UA-PDFL runs are the sweep's at that th_I."""
+    from calibrate_uapdfl import chosen
+
+    stems = {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}
+    return _uapdfl_runs(stems, chosen()["threshold"])
+
+
+#: a second th_I for the ablation, chosen after the sweep (post hoc): the only grid value at
+#: which dropout is rare at β = 0.5 and common at β = 5 on all three study seeds
+EDGE_THRESHOLD = 3e-3
+
+
+def _uapdfl_edge_runs() -> list[Run]:
+    """Fig. 13's variants at ``EDGE_THRESHOLD`` (UA-PDFL itself: the sweep's runs; "without
+    both" does not read th_I: the rule's runs)."""
+    stems = {k: v for k, v in UAPDFL_ABLATION.items() if k != "uapdfl-noboth"}
+    return _uapdfl_runs(stems, EDGE_THRESHOLD)
+
+
+#: local epochs of the scale check: a client of the study's pool holds 56 training images on
+#: average, ceil(n_i / 50) steps of batch 50 an epoch — 1.6 on average over the 30 clients at
+#: β = 0.5, 1.8 at β = 5 (seed 0); 18 epochs make 29 and 32 steps a round, the paper's ~30
+#: (1,500 CIFAR-10 images a client at batch 50)
+SCALE_EPOCHS = 18
+
+
+#: the methods run beside UA-PDFL in the scale check
+SCALE_BASELINES = {k: UAPDFL_METHODS[k] for k in ("local", "dfedper")}
+#: rounds of the scale check (a round costs ~9× the study's; the step decay leaves lr at 5 % of
+#: its start by round 59, as in the whole-pool mechanism check)
+SCALE_ROUNDS = 60
+
+
+def _uapdfl_scale_runs() -> list[Run]:
+    """Is it scale? The study's UA-PDFL with ``SCALE_EPOCHS`` local epochs (~30 steps a round,
+    the paper's), ``SCALE_ROUNDS`` rounds, at the rule's th_I and at the old calibration's, both
+    β, seed 0."""
+    from calibrate_uapdfl import chosen, old_calibration
+
+    uapdfl = {"uapdfl": UAPDFL_METHODS["uapdfl"]}
+    extra = (f"federation.local_epochs={SCALE_EPOCHS}", f"federation.rounds={SCALE_ROUNDS}")
+    runs = []
+    for t in (chosen()["threshold"], old_calibration()["threshold"]):
+        for name, config, over in _uapdfl_runs(uapdfl, t, seeds=(0,), extra=extra):
+            runs.append((name.replace("uapdfl-th", "uapdfl-scale-th", 1), config, over))
+    # the baselines at the same local compute: what accuracy means there
+    for name, config, over in _uapdfl_runs(SCALE_BASELINES, seeds=(0,), extra=extra):
+        runs.append((name.replace("uapdfl-", "uapdfl-scale-", 1), config, over))
     return runs
 
 
@@ -186,9 +268,9 @@ MECHANISM_ROUNDS = 60
 def _uapdfl_mechanism_runs() -> list[Run]:
     """UA-PDFL on the whole pool (~35 local steps a round, the paper's ~30; the study's: 2), th_I
     and μ calibrated there by the study's rule: does the rule separate β = 0.5 from β = 5 there?"""
-    from calibrate_uapdfl import calibrated
+    from calibrate_uapdfl import old_calibration
 
-    cal = calibrated(0)
+    cal = old_calibration(0)
     return [
         (
             run_name("uapdfl-mechanism", part, "uapdfl", 0),
@@ -213,6 +295,10 @@ EXPERIMENTS = {
     "uapdfl": lambda: _uapdfl_runs(UAPDFL_METHODS),
     "uapdfl-ablation": lambda: _uapdfl_runs(UAPDFL_ABLATION),
     "uapdfl-mechanism": _uapdfl_mechanism_runs,
+    "uapdfl-sweep": _uapdfl_sweep_runs,
+    "uapdfl-rule": _uapdfl_rule_runs,
+    "uapdfl-scale": _uapdfl_scale_runs,
+    "uapdfl-edge": _uapdfl_edge_runs,
     "dfedpgp": _dfedpgp_runs,
 }
 
@@ -297,14 +383,18 @@ def _mb(rec: dict) -> float:
     return (comm["up_bytes"] + comm["down_bytes"]) / 2 / s["num_clients"] / rounds / 1e6
 
 
-def _rows(study: str, part: str, stems: dict[str, tuple], paper_col: int | None) -> list[str]:
+def _rows(
+    study: str | dict[str, str], part: str, stems: dict[str, tuple], paper_col: int | None
+) -> list[str]:
+    """One accuracy table; ``study`` names the runs' prefix, or each stem's (a mapping)."""
     head = (
         "| method | final, mean ± std (seeds) | best | seed 0 | seed 1 | seed 2 | MB/client/round |"
     )
     lines = [head + (" paper |" if paper_col is not None else ""), ""]
     lines[1] = "|" + " --- |" * (lines[0].count("|") - 1)
     for stem, (label, *rest) in stems.items():
-        recs = [load(run_name(study, part, stem, s)) for s in SEEDS]
+        where = study if isinstance(study, str) else study[stem]
+        recs = [load(run_name(where, part, stem.split(":")[0], s)) for s in SEEDS]
         done = [r for r in recs if r is not None and "failed" not in r]
         finals = [100 * r["summary"]["accuracy"]["final"] for r in done]
         bests = [100 * r["summary"]["accuracy"]["best"] for r in done]
@@ -319,13 +409,18 @@ def _rows(study: str, part: str, stems: dict[str, tuple], paper_col: int | None)
         mb = f"{statistics.mean(_mb(r) for r in done):.3f}" if done else "—"
         row = f"| {label} | {mean_std(finals, 2)} | {mean_std(bests, 2)} | {' | '.join(seeds)} | {mb} |"
         if paper_col is not None:
-            row += f" {rest[1 + paper_col]:.2f} |"
+            paper = rest[1 + paper_col]
+            row += f" {paper:.2f} |" if paper is not None else " — |"
         lines.append(row)
     return lines
 
 
 def _dropouts(
-    part: str, stems: dict[str, tuple], study: str = "uapdfl", rounds: int = 150
+    part: str,
+    stems: dict[str, tuple],
+    study: str = "uapdfl",
+    rounds: int = 150,
+    seeds: tuple[int, ...] = SEEDS,
 ) -> list[str]:
     """UA-PDFL's client-wise dropouts and similar peers, per run."""
     marks = [m for m in (1, 2, 5, 10, 20, 30, 40, 50, 75, 100, 125, 149) if m < rounds]
@@ -338,7 +433,7 @@ def _dropouts(
     for stem, (label, *_) in stems.items():
         if not stem.startswith("uapdfl"):
             continue
-        for seed in SEEDS:
+        for seed in seeds:
             rec = load(run_name(study, part, stem, seed))
             if rec is None or "failed" in rec:
                 continue
@@ -346,7 +441,11 @@ def _dropouts(
             at = [str(by_round.get(m, {}).get("dropout_clients", "—")) for m in marks]
             late = [r for r in rec["rounds"] if r["round"] >= 30]
             drop = [r["dropout_clients"] for r in late if "dropout_clients" in r]
-            sim = [r["similar_neighbors_mean"] for r in late if r.get("similar_neighbors_mean")]
+            sim = [
+                r["similar_neighbors_mean"]
+                for r in late
+                if r.get("similar_neighbors_mean") is not None
+            ]
             med = [r["div_p50"] for r in late if r.get("div_p50") is not None]
             cells = [
                 " ".join(at),
@@ -359,29 +458,304 @@ def _dropouts(
     return lines
 
 
+def _uapdfl_recs(study: str, part: str, stem: str = "uapdfl") -> list[dict]:
+    """The finished records of a UA-PDFL configuration's seeds."""
+    recs = [load(run_name(study, part, stem, s)) for s in SEEDS]
+    return [r for r in recs if r is not None and "failed" not in r]
+
+
+def _window(rec: dict, key: str, lo: int, hi: int | None = None) -> list[float]:
+    return [
+        r[key]
+        for r in rec["rounds"]
+        if r["round"] >= lo and (hi is None or r["round"] <= hi) and r.get(key) is not None
+    ]
+
+
+def _mean_of(recs: list[dict], key: str, lo: int, hi: int | None = None) -> float | None:
+    """The mean of ``key`` over rounds ``lo``..``hi`` of every record in ``recs``."""
+    vals = [v for rec in recs for v in _window(rec, key, lo, hi)]
+    return statistics.mean(vals) if vals else None
+
+
+def _sweep() -> list[str]:
+    """The threshold sweep: UA-PDFL at every grid th_I (and the old calibration's, the first
+    study's records), both β, seeds 0-2, 150 rounds."""
+    from calibrate_uapdfl import GRID, chosen, old_calibration
+
+    old, rule = old_calibration()["threshold"], chosen()["threshold"]
+    points = [(t, threshold_study(t)) for t in GRID] + [(old, "uapdfl")]
+    marks = (1, 2, 5, 10, 20, 30, 50, 100, 149)
+    acc = [
+        "| th_I | β | final, mean ± std | best | seed 0 | seed 1 | seed 2 | MB/client/round |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    dec = [
+        "| th_I | β | seeds | dropouts (of 30) at rounds "
+        + ", ".join(map(str, marks))
+        + " (mean over seeds) | mean dropouts, rounds 5–29, per seed | mean dropouts, rounds "
+        "30–149, per seed "
+        "| mean similar peers (of 5), rounds 30–149 | Div 10th / 50th / 90th pct, rounds 30–149 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for t, study in points:
+        name = f"{t:g}" + (
+            " (old calibration)" if t == old else " (the rule's)" if t == rule else ""
+        )
+        for part in UAPDFL_PARTITIONS:
+            beta = PARTITION_LABELS[part].removeprefix("β = ")
+            recs = [load(run_name(study, part, "uapdfl", s)) for s in SEEDS]
+            done = [r for r in recs if r is not None and "failed" not in r]
+            finals = [100 * r["summary"]["accuracy"]["final"] for r in done]
+            bests = [100 * r["summary"]["accuracy"]["best"] for r in done]
+            seeds = [
+                "—"
+                if r is None
+                else "diverged"
+                if "failed" in r
+                else f"{100 * r['summary']['accuracy']['final']:.2f}"
+                for r in recs
+            ]
+            mb = f"{statistics.mean(_mb(r) for r in done):.3f}" if done else "—"
+            acc.append(
+                f"| {name} | {beta} | {mean_std(finals, 2)} | {mean_std(bests, 2)} | "
+                + " | ".join(seeds)
+                + f" | {mb} |"
+            )
+            if not done:
+                dec.append(f"| {name} | {beta} | 0 | — | — | — | — | — |")
+                continue
+            by = [{r["round"]: r for r in rec["rounds"]} for rec in done]
+            at = []
+            for m in marks:
+                vals = [b[m]["dropout_clients"] for b in by if m in b]
+                at.append(f"{statistics.mean(vals):.1f}".removesuffix(".0") if vals else "—")
+
+            ok = [r if r is not None and "failed" not in r else None for r in recs]
+            early, late = (
+                " / ".join(
+                    "—" if r is None else f"{_mean_of([r], 'dropout_clients', *w):.1f}" for r in ok
+                )
+                for w in ((5, 29), (30, None))
+            )
+            sim = _mean_of(done, "similar_neighbors_mean", 30)
+            divs = [_mean_of(done, f"div_p{q}", 30) for q in (10, 50, 90)]
+            dec.append(
+                f"| {name} | {beta} | {len(done)} | {' '.join(at)} | {early} | {late} | "
+                + (f"{sim:.2f}" if sim is not None else "—")
+                + " | "
+                + " / ".join(f"{d:.2g}" for d in divs)
+                + " |"
+            )
+    return [
+        "Personalized test accuracy after round 149, %:\n",
+        *acc,
+        "",
+        "UA-PDFL's decisions (a client copies a neighbour: client-wise dropout; similar peers: "
+        "those whose h is averaged in, among the clients that did not copy; Div: over every "
+        "client and the 5 peers in its queue, mean of each round's percentile):\n",
+        *dec,
+    ]
+
+
+def _scale() -> list[str]:
+    """The scale check: ~30 local steps a round on the study's pool, old and rule's th_I, and
+    the baselines; accuracy at the last round against the study's (1.6–1.8 steps a round) at
+    the same round and seed."""
+    from calibrate_uapdfl import chosen, old_calibration
+
+    last = SCALE_ROUNDS - 1
+    rule, old = chosen()["threshold"], old_calibration()["threshold"]
+    # (label, the scale run's prefix, the study run's prefix, stem)
+    rows = [
+        (f"UA-PDFL, th_I = {rule:g}", threshold_study(rule), threshold_study(rule), "uapdfl"),
+        (f"UA-PDFL, th_I = {old:g} (old calibration)", threshold_study(old), "uapdfl", "uapdfl"),
+    ]
+    rows += [(label, "uapdfl", "uapdfl", stem) for stem, (label, *_) in SCALE_BASELINES.items()]
+    lines = [
+        f"| method | {' | '.join(f'{PARTITION_LABELS[p]}: ~30 steps, round {last}' for p in UAPDFL_PARTITIONS)} "
+        f"| {' | '.join(f'{PARTITION_LABELS[p]}: the study, round {last}' for p in UAPDFL_PARTITIONS)} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, scale_study, study, stem in rows:
+        cells = []
+        for scaled in (True, False):
+            for part in UAPDFL_PARTITIONS:
+                name = run_name(scale_study if scaled else study, part, stem, 0)
+                rec = load(name.replace("uapdfl-", "uapdfl-scale-", 1) if scaled else name)
+                by = (
+                    {} if rec is None or "failed" in rec else {r["round"]: r for r in rec["rounds"]}
+                )
+                cells.append(f"{100 * by[last]['accuracy']:.2f}" if last in by else "—")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    decisions: list[str] = []
+    for t in (rule, old):
+        for part in UAPDFL_PARTITIONS:
+            label = f"th_I = {t:g}, {PARTITION_LABELS[part]}"
+            rows = _dropouts(
+                part,
+                {"uapdfl": (label,)},
+                threshold_study(t).replace("uapdfl-th", "uapdfl-scale-th", 1),
+                SCALE_ROUNDS,
+                seeds=(0,),
+            )
+            decisions += rows if not decisions else rows[2:]
+    return lines + decisions
+
+
+#: UA-PDFL's accuracy claims at the rule's th_I: (claim, partition, better, worse, relation)
+#: with relation ">" (better above worse) or "≈" (level: the claim holds within the seed spread)
+UAPDFL_CLAIMS = (
+    *(
+        ("UA-PDFL above every other method (Tables 1–2)", part, "uapdfl", "*", ">")
+        for part in UAPDFL_PARTITIONS
+    ),
+    (
+        "Fig. 13a: layer-wise personalization helps (full > without LP)",
+        "beta0.5",
+        "uapdfl",
+        "uapdfl-nolp",
+        ">",
+    ),
+    (
+        "Fig. 13a: client-wise dropout helps (full > without CD)",
+        "beta0.5",
+        "uapdfl",
+        "uapdfl-nocd",
+        ">",
+    ),
+    (
+        "Fig. 13a: dropout alone helps (without LP > without both)",
+        "beta0.5",
+        "uapdfl-nolp",
+        "uapdfl-noboth",
+        ">",
+    ),
+    (
+        "Fig. 13a: layer-wise personalization alone helps (without CD > without both)",
+        "beta0.5",
+        "uapdfl-nocd",
+        "uapdfl-noboth",
+        ">",
+    ),
+    ("Fig. 13b: full ≈ without LP", "beta5", "uapdfl", "uapdfl-nolp", "≈"),
+    (
+        "Fig. 13b: dropout is the main factor (without LP > without CD)",
+        "beta5",
+        "uapdfl-nolp",
+        "uapdfl-nocd",
+        ">",
+    ),
+)
+
+
+def _uapdfl_claims(threshold: float, noboth: str | None = None) -> list[str]:
+    """The accuracy claims judged at ``threshold`` by the seed-spread rule (``runner.verdict``),
+    on the final round and on the best; the other methods' records are the study's, "without
+    both"'s those of ``noboth`` (a study prefix) when given."""
+    study = threshold_study(threshold)
+    where = {stem: "uapdfl" for stem in UAPDFL_METHODS} | {
+        stem: study for stem in ("uapdfl", *UAPDFL_ABLATION)
+    }
+    if noboth is not None:
+        where["uapdfl-noboth"] = noboth
+    labels = {stem: v[0] for stem, v in {**UAPDFL_METHODS, **UAPDFL_ABLATION}.items()}
+
+    def accs(part: str, stem: str, best: bool) -> list[float] | None:
+        recs = [load(run_name(where[stem], part, stem, s)) for s in SEEDS]
+        if any(r is None or "failed" in r for r in recs):
+            return None
+        a = [r["summary"]["accuracy"] for r in recs]
+        return [100 * (max(x["best"], x["final"]) if best else x["final"]) for x in a]
+
+    lines = [
+        f"A claim *holds* when the mean difference exceeds the sum of the two configurations' "
+        'seed standard deviations (for "≈": when it does not), is *reversed* when it is '
+        "below minus that sum, and is otherwise *within the seed spread*; judged on the final "
+        "round and on the best (the higher of the best evaluated round and the final), three "
+        f"seeds each, UA-PDFL and its variants at th_I = {threshold:g}.\n",
+        "| claim | partition | difference, final (points) | verdict, final | difference, best "
+        "| verdict, best |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for claim, part, a, b, rel in UAPDFL_CLAIMS:
+        others = [s for s in UAPDFL_METHODS if s != a] if b == "*" else [b]
+        if any(accs(part, s, False) is None for s in [a, *others]):
+            lines.append(f"| {claim} | {PARTITION_LABELS[part]} | — | waits (seeds) | — | — |")
+            continue
+        cells = []
+        for best in (False, True):
+            fa = accs(part, a, best)
+            fb = {s: accs(part, s, best) for s in others}
+            top = max(fb, key=lambda s: statistics.mean(fb[s]))
+            diff, word = verdict(fa, fb[top])
+            if rel == "≈":
+                word = "holds" if word == "within the seed spread" else f"not level ({word})"
+            vs = f" (vs {labels[top]})" if b == "*" else ""
+            cells += [f"{diff:+.2f}{vs}", word]
+        lines.append(f"| {claim} | {PARTITION_LABELS[part]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def report_uapdfl() -> str:
+    from calibrate_uapdfl import chosen, grid_report
     from calibrate_uapdfl import report as calibration
     from choose_setting import table as pilots
 
+    th = chosen()["threshold"]
+    study = threshold_study(th)
     out = ["### The setting: pilots at β = 0.5 (seed 0, 30 rounds)\n", pilots("uapdfl", "", False)]
-    out += ["\n### UA-PDFL's th_I and μ for this model\n", calibration(), ""]
+    out += ["\n### UA-PDFL's th_I: the threshold rule\n", grid_report(), ""]
+    out += ["### The threshold sweep (150 rounds, seeds 0–2)\n", *_sweep(), ""]
+    methods = {
+        **UAPDFL_METHODS,
+        "uapdfl:old": ("UA-PDFL, old calibration (th_I = 0.19172)", (), None, None),
+    }
+    where = {stem: "uapdfl" for stem in methods} | {"uapdfl": study}  # "uapdfl:old": uapdfl
     for i, part in enumerate(UAPDFL_PARTITIONS):
         out.append(
-            f"### {PARTITION_LABELS[part]}: personalized test accuracy after the last round, %\n"
+            f"### {PARTITION_LABELS[part]}: personalized test accuracy after the last round, "
+            f"%, UA-PDFL at th_I = {th:g}\n"
         )
-        out += _rows("uapdfl", part, UAPDFL_METHODS, i)
+        out += _rows(where, part, methods, i)
         out.append("")
     for part in UAPDFL_PARTITIONS:
-        out.append(f"### Ablation (Fig. 13), {PARTITION_LABELS[part]}\n")
+        out.append(f"### Ablation (Fig. 13), {PARTITION_LABELS[part]}, th_I = {th:g}\n")
+        out += _rows(study, part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, None)
+        out.append("")
+    out.append(f"### The paper's claims at th_I = {th:g}\n")
+    out += _uapdfl_claims(th)
+    out.append("")
+    for part in UAPDFL_PARTITIONS:
+        out.append(f"### UA-PDFL's decisions, {PARTITION_LABELS[part]}, th_I = {th:g}\n")
+        out += _dropouts(part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, study)
+        out.append("")
+    edge = threshold_study(EDGE_THRESHOLD)
+    out.append(
+        f"### Post hoc: the ablation at th_I = {EDGE_THRESHOLD:g} (the sweep's only th_I with "
+        "rare dropout at β = 0.5 and common at β = 5 on all three seeds)\n"
+    )
+    out.append(f'"Without both" does not read th_I: its rows are the th_I = {th:g} runs.\n')
+    ablation = {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}
+    for part in UAPDFL_PARTITIONS:
+        where_edge = {stem: edge for stem in ablation} | {"uapdfl-noboth": study}
+        rows = _rows(where_edge, part, ablation, None)
+        out += [f"{PARTITION_LABELS[part]}:\n", *rows, ""]
+    out += _uapdfl_claims(EDGE_THRESHOLD, noboth=study)
+    out.append("")
+    from_ = f"{SCALE_EPOCHS} local epochs, {SCALE_ROUNDS} rounds"
+    out.append(f"### Is it scale? ~30 local steps a round on the study's pool ({from_}, seed 0)\n")
+    out += _scale()
+    out.append("")
+    out += ["### The old calibration (the first study's th_I and μ)\n", calibration(), ""]
+    for part in UAPDFL_PARTITIONS:
+        out.append(f"### Ablation (Fig. 13), {PARTITION_LABELS[part]}, old calibration\n")
         out += _rows("uapdfl", part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION}, None)
-        out.append("")
-    for part in UAPDFL_PARTITIONS:
-        out.append(f"### UA-PDFL's decisions, {PARTITION_LABELS[part]}\n")
-        out += _dropouts(part, {"uapdfl": UAPDFL_METHODS["uapdfl"], **UAPDFL_ABLATION})
         out.append("")
     out.append(
         f"### Mechanism check: UA-PDFL on the whole pool ({MECHANISM_ROUNDS} rounds, seed 0, th_I "
-        "calibrated there by the same rule)\n"
+        "by the old calibration's rule applied there)\n"
     )
     for part in UAPDFL_PARTITIONS:
         stems = {"uapdfl": (f"UA-PDFL, {PARTITION_LABELS[part]}",)}
@@ -613,9 +987,14 @@ def main() -> None:
         runs = selected_runs(ap, args, listed)
         if args.stems:
             keep = set(args.stems.split(","))
-            # <study>-<partition>-<stem>-seed<s>
+            # <study>-<partition>-<stem>-seed<s>, the partition one of the studies'
+            parts = (*UAPDFL_PARTITIONS, *DFEDPGP_PARTITIONS)
             runs = {
-                n: r for n, r in runs.items() if n.rsplit("-seed", 1)[0].split("-", 2)[2] in keep
+                n: r
+                for n, r in runs.items()
+                if any(
+                    n.rsplit("-seed", 1)[0].endswith(f"-{p}-{stem}") for p in parts for stem in keep
+                )
             }
         out = Path(args.out)
         jobs = [
