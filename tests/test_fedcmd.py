@@ -136,8 +136,10 @@ def test_degenerate_batches_vote_or_abstain():
     one_class = torch.zeros(4, dtype=torch.long)
     assert batch_vote(x, one_class, outputs, **kw)[0] in (0, 1)  # scored without z^y (W2 = 0)
     assert batch_vote(x, one_class, outputs, degenerate="skip", **kw) == (-1, False)
+    assert batch_vote(x, one_class, outputs, degenerate="skip_single", **kw)[0] in (0, 1)
     one = {b: o[:1] for b, o in outputs.items()}
     assert batch_vote(x[:1], one_class[:1], one, degenerate="skip", **kw) == (-1, False)
+    assert batch_vote(x[:1], one_class[:1], one, degenerate="skip_single", **kw) == (-1, False)
     # every fit undefined (one sample, raw): every s_l is 0, a tie the batch rule breaks
     assert batch_vote(
         x[:1, :1], one_class[:1], {b: o[:1, :1] for b, o in outputs.items()}, fit="raw", **kw

@@ -33,6 +33,7 @@ from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
 from fedpart.engine.layer_selection import (  # noqa: F401 - also importable from here
+    DEGENERATE,
     FITS,
     LABELS,
     TIES,
@@ -114,9 +115,9 @@ class FedCMDOptions:
     final_tie: str = option("first", "tie rule of the majority over the rounds", choices=TIES)
     degenerate: str = option(
         "score",
-        "a batch of one sample or one class: score (votes; an undefined fit counts W2 = 0) "
-        "or skip (no vote)",
-        choices=("score", "skip"),
+        "score: every batch votes (an undefined fit counts W2 = 0); skip_single: not a batch "
+        "of one sample (the code); skip: nor one of one class",
+        choices=DEGENERATE,
     )
     eps: float = option(1e-8, "ε of the cosine similarity (Eq. 8)", ge=0)
     w2: str = _switch("w2", "closed_form (paper) or mean_only |μ1−μ2| (code)")

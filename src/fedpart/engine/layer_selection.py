@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from fedpart.errors import ConfigError
 
 __all__ = [
+    "DEGENERATE",
     "FITS",
     "LABELS",
     "TIES",
@@ -54,6 +55,8 @@ LABELS = ("index", "onehot")
 #: candidate voted first (the authors' code: Python's ``max`` over an insertion-ordered dict),
 #: or fc2 when it is among the tied (the code's batch-level "prior knowledge")
 TIES = ("first", "first_seen", "prefer_fc2")
+#: what a batch of one sample or of one class contributes (:func:`batch_vote`)
+DEGENERATE = ("score", "skip_single", "skip")
 
 
 def gaussian(t: torch.Tensor, fit: str = "minmax") -> tuple[float, float] | None:
@@ -132,10 +135,12 @@ def batch_vote(
     degenerate: str = "score",
 ) -> tuple[int, bool]:
     """One batch's vote — an index into ``chain[1:]``, −1 for no vote — and whether several
-    candidates attained the minimum: the observer of phase-1 training. ``degenerate=skip``: a
-    batch of one sample or one class casts no vote (``score``: it votes, an undefined fit
-    counting W2 = 0)."""
-    if degenerate == "skip" and (len(y) < 2 or bool((y == y[0]).all())):
+    candidates attained the minimum: the observer of phase-1 training. ``degenerate``
+    (:data:`DEGENERATE`): ``score``, every batch votes (an undefined fit counting W2 = 0);
+    ``skip_single``, a batch of one sample casts no vote (the authors' code skips it); ``skip``,
+    neither does a batch of one class."""
+    single = len(y) < 2
+    if (degenerate != "score" and single) or (degenerate == "skip" and bool((y == y[0]).all())):
         return -1, False
     target = F.one_hot(y, num_classes) if labels == "onehot" else y
     scores = transfer_scores(x, target, [outputs[b] for b in chain], w2=w2, score=score, fit=fit)
