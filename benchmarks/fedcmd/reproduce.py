@@ -294,6 +294,7 @@ def report() -> str:
                 + " < ".join(order)
             )
     lines.extend(vote_readings.report(load))
+    lines.extend(vote_readings.report_full(load))
     return "\n".join(lines)
 
 

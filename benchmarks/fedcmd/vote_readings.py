@@ -141,11 +141,30 @@ def report(load: Callable[[str], dict | None]) -> list[str]:
                     cells.append(f"{f.get('layer')} ({won.get('fc1', 0)}–{won.get('fc2', 0)}{tie})")
             if any(c != "—" for c in cells):
                 lines.append(f"| {r} | {s} | " + " | ".join(cells) + " |")
+    same, cells = [], 0
+    for a in ALPHAS:
+        for d in DATASETS:
+            for s in SEEDS:
+                sel, full = (
+                    load(selection_name("minmax", d, a, s)),
+                    load(recorded_name("fedcmd", d, a, s)),
+                )
+                if sel is None or full is None:
+                    continue
+                cells += 1
+                votes = [r.get("fedcmd_votes") for r in sel["rounds"]]
+                if votes == [r.get("fedcmd_votes") for r in full["rounds"][: len(votes)]]:
+                    same.append(f"{d} α={ALPHAS[a]} s{s}")
     lines.append(
         "\n### Selection phase round by round: each round's winner (1 = fc1, 2 = fc2, "
         "c = classifier), the clients' margin fc2 − fc1 per round, rounds decided by a tie, "
         "batches whose minimum was tied, clients whose batch majority was tied, batches without "
         "a vote\n"
+    )
+    lines.append(
+        f"Check that a selection-phase run is the first 20 rounds of a 200-round run: the "
+        f"minmax runs' client votes equal, round by round, those of today's FedCMD record in "
+        f"{len(same)} of the {cells} cells both exist for.\n"
     )
     lines.append(
         "| run | winners | margin fc2 − fc1, round 0 on | tied rounds | batch ties | client ties | no vote |"
@@ -170,4 +189,59 @@ def report(load: Callable[[str], dict | None]) -> list[str]:
                     lines.append(
                         f"| {name} | `{marks}` | {margins} | {tied} | {batch} | {client} | {none} |"
                     )
+    return lines
+
+
+#: paper's FedCMD cells (Tables VIII and VI): (dataset, α tag) -> paper
+PAPER = {("mnist", "a1"): 98.271, ("fmnist", "a1"): 89.837}
+PAPER.update({("mnist", "a01"): 99.441, ("fmnist", "a01"): 96.569})
+
+
+def recorded_name(method: str, dataset: str, alpha: str, seed: int) -> str:
+    """The existing records of today's FedCMD and of pFedSim at a cell (``reproduce.py``'s
+    Table VIII and Table VI names)."""
+    if alpha == "a1":
+        return f"{method}-a1-{dataset}-s{seed}"
+    return f"{method}-{dataset}" if seed == 42 else f"{method}-{dataset}-s{seed}"
+
+
+def report_full(load: Callable[[str], dict | None]) -> list[str]:
+    """Each full-run reading's FedCMD at the Table VIII / VI cells next to today's reading and
+    pFedSim on the same seeds, the layer each run kept, and the gap to the paper."""
+    from runner import mean_std  # noqa: PLC0415 - reproduce.py puts benchmarks/ on the path
+
+    def value(name: str) -> tuple[float, str] | None:
+        rec = load(name)
+        if rec is None:
+            return None
+        layer = rec["summary"].get("fedcmd", {}).get("layer") or "—"
+        return 100 * rec["summary"]["participants_accuracy_before"]["last10_mean"], layer
+
+    lines = [
+        "\n### Full runs (200 rounds) under each reading, next to today's reading and pFedSim on "
+        "the same seeds: last-10-round mean of the participants' accuracy before training (%), "
+        "the layer each seed kept, the gap of the mean to the paper\n",
+        "| reading | dataset | α | mean ± std | seeds (layer) | paper | gap | today's FedCMD | pFedSim |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in FULL_READINGS:
+        for a in ("a1", "a01"):
+            for d in DATASETS:
+                got = {s: value(full_name(r, d, a, s)) for s in SEEDS}
+                got = {s: v for s, v in got.items() if v is not None}
+                if not got:
+                    continue
+                ours = [v for v, _ in got.values()]
+                each = ", ".join(f"{s}: {v:.3f} ({layer})" for s, (v, layer) in got.items())
+                paper = PAPER[(d, a)]
+                gap = sum(ours) / len(ours) - paper
+                others = []
+                for method in ("fedcmd", "pfedsim"):
+                    theirs = [value(recorded_name(method, d, a, s)) for s in got]
+                    theirs = [v for v, _ in theirs if v is not None] if None not in theirs else []
+                    others.append(mean_std(theirs))
+                lines.append(
+                    f"| {r} | {d} | {ALPHAS[a]} | {mean_std(ours)} | {each} | {paper:.3f} | "
+                    f"{gap:+.2f} | {others[0]} | {others[1]} |"
+                )
     return lines
