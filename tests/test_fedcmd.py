@@ -191,6 +191,25 @@ def test_layer_is_common_and_fixed_after_selection_and_never_leaves_its_client()
     assert history[0] is None and len(set(history[1:])) == 1
 
 
+def test_the_reading_of_the_vote_never_steers_the_selection_phase():
+    # phase 1 is FedAvg whatever the vote's reading: the models after the K_p = 2 selection
+    # rounds are the same bit for bit, so a full run's number depends on the reading only
+    # through the layer it keeps
+    readings = [
+        {},
+        {"fit": "raw", "labels": "onehot", "degenerate": "skip"},
+        {"tie_break": "prefer_fc2", "round_tie": "first_seen", "granularity": "post_train"},
+    ]
+    states = []
+    for reading in readings:
+        sim = sim_for(rounds=2, **reading)
+        sim.run()
+        states.append({c: sim.store.client_state(c) for c in range(6)})
+    for other in states[1:]:
+        for c, state in states[0].items():
+            assert all(torch.equal(state[k], other[c][k]) for k in state)
+
+
 def test_personal_layer_values_are_the_clients_own_training():
     sim = sim_for(rounds=4, personal_layer="fc1")
     sim.run_round(0)

@@ -137,7 +137,7 @@ def experiments() -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
         for d in ("fmnist", "mnist")
         for layer in TABLE2
     ]
-    out.update(vote_readings.experiments())  # issue 43: the vote under each reading
+    out.update(vote_readings.experiments(load))  # issue 43: the vote under each reading
     return out
 
 
