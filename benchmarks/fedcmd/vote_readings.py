@@ -88,7 +88,8 @@ def experiments(
     """``readings``: every reading's selection phase, reading by reading (the readings that
     matter most first); ``readings-full``: the full runs of :data:`FULL_READINGS` at the cells
     where the selection phase keeps another layer than today's (phase 1 does not depend on the
-    reading, so elsewhere the run is today's record), the α = 1.0 cells first."""
+    reading, so elsewhere the run is today's record), the α = 1.0 cells first, Fashion-MNIST
+    (the cell furthest from the paper) before MNIST."""
     sel = [
         (
             selection_name(r, d, a, s),
@@ -105,8 +106,8 @@ def experiments(
         (full_name(r, d, a, s), "fedcmd", d, (*cell_overrides(a, s), *READINGS[r][0]))
         for r in FULL_READINGS
         for a in ALPHAS
-        for s in SEEDS
         for d in DATASETS
+        for s in SEEDS
         if load(recorded_name("fedcmd", d, a, s)) is not None
         and kept(load, r, d, a, s) not in (None, kept(load, "minmax", d, a, s))
     ]
