@@ -240,7 +240,7 @@ def report_full(load: Callable[[str], dict | None]) -> list[str]:
     """Every reading's FedCMD at the Table VIII / VI cells that have today's record: the
     200-round number of the layer the reading keeps on each seed, next to pFedSim on the same
     seeds, and the gap of the mean to the paper."""
-    from runner import mean_std  # noqa: PLC0415 - reproduce.py puts benchmarks/ on the path
+    from runner import mean_std, verdict  # noqa: PLC0415 - reproduce.py puts benchmarks/ on the path
 
     def metric(rec: dict) -> float:
         return 100 * rec["summary"]["participants_accuracy_before"]["last10_mean"]
@@ -249,9 +249,10 @@ def report_full(load: Callable[[str], dict | None]) -> list[str]:
         "\n### Every reading's FedCMD at the Table VIII (α = 1.0) and Table VI (α = 0.1) cells: "
         "the 200-round number of the layer it keeps on each seed (today's record, or a full run "
         "of a reading keeping the other layer), mean ± std, the gap to the paper, and pFedSim on "
-        "the same seeds (%)\n",
-        "| reading | dataset | α | mean ± std | seeds (layer) | paper | gap | pFedSim |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "the same seeds (%), and FedCMD − pFedSim with its verdict over the seeds (beyond the "
+        "two seed standard deviations together: holds or reversed; else within the seed spread)\n",
+        "| reading | dataset | α | mean ± std | seeds (layer) | paper | gap | pFedSim | FedCMD − pFedSim |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in READINGS:
         for a in ALPHAS:
@@ -271,11 +272,19 @@ def report_full(load: Callable[[str], dict | None]) -> list[str]:
                 ours = [v for v, _ in got.values()]
                 each = [f"{s}: {v:.3f} ({layer})" for s, (v, layer) in got.items()] + missing
                 paper = PAPER[(d, a)]
-                gap = f"{sum(ours) / len(ours) - paper:+.2f}" if ours else "—"
                 sims = [load(recorded_name("pfedsim", d, a, s)) for s in got]
-                sim = mean_std([metric(x) for x in sims]) if None not in sims else "—"
+                mean, gap, sim, against = "— (incomplete)", "—", "—", "—"
+                if not missing:
+                    mean, gap = mean_std(ours), f"{sum(ours) / len(ours) - paper:+.2f}"
+                if not missing and None not in sims:
+                    theirs = [metric(x) for x in sims]
+                    sim = mean_std(theirs)
+                    diff = sum(ours) / len(ours) - sum(theirs) / len(theirs)
+                    against = f"{diff:+.2f}"
+                    if len(ours) > 1:
+                        against += f" ({verdict(ours, theirs)[1]})"
                 lines.append(
-                    f"| {r} | {d} | {ALPHAS[a]} | {mean_std(ours)} | {', '.join(each)} | "
-                    f"{paper:.3f} | {gap} | {sim} |"
+                    f"| {r} | {d} | {ALPHAS[a]} | {mean} | {', '.join(each)} | "
+                    f"{paper:.3f} | {gap} | {sim} | {against} |"
                 )
     return lines
