@@ -11,9 +11,11 @@ from torch.func import functional_call
 
 import fedpart
 from fedpart.algorithms.fedcmd import (
+    batch_vote,
     gaussian,
     majority,
     similarity_statistics,
+    tally,
     transfer_scores,
     vote,
     w2_gaussian,
@@ -91,6 +93,69 @@ def test_votes_and_majorities():
     assert majority(["fc2", "fc1"], ["fc1", "fc2"]) == "fc1"  # tie: earliest candidate
 
 
+def test_the_fit_decides_whether_an_affine_layer_moves_the_distribution():
+    # o1 = 10·o0 + 3: min–max scaling makes its Gaussian o0's (fc1 moves nothing, s ≈ 0, so fc1
+    # wins); fitted to the raw values fc1 shifts the mean by about 8 and fc2, a small nonlinear
+    # change of o1, wins instead
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(8, 4, generator=g), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    o0 = torch.rand(8, 5, generator=g)
+    o1 = 10 * o0 + 3
+    outputs = {"conv2": o0, "fc1": o1, "fc2": o1 + 0.05 * o1**2}
+    kw = {"chain": ("conv2", "fc1", "fc2"), "w2": "closed_form", "score": "paper"}
+    kw["tie_break"] = "first"
+    assert transfer_scores(x, y, [o0, o1], w2="closed_form", score="paper")[0] < 1e-7
+    assert batch_vote(x, y, outputs, **kw) == (0, False)  # minmax (default): fc1
+    assert batch_vote(x, y, outputs, fit="raw", **kw) == (1, False)  # raw: fc2
+    assert gaussian(torch.tensor([2.0, 4.0, 6.0]), "raw") == pytest.approx((4.0, 2.0))
+    assert gaussian(torch.tensor([3.0]), "raw") is None  # one value: no std (the code's NaN)
+    assert gaussian(torch.ones(4), "raw") == (1.0, 0.0)  # a constant is a Dirac, not undefined
+
+
+def test_one_hot_labels_do_not_depend_on_how_the_classes_are_numbered():
+    g = torch.Generator().manual_seed(0)
+    x, o0 = torch.rand(8, 4, generator=g), torch.rand(8, 5, generator=g)
+    chain = [o0, 2 * o0, o0**2]
+    y, renamed = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1]), torch.tensor([2, 0, 1, 2, 0, 1, 2, 0])
+    onehot = torch.nn.functional.one_hot
+    for fit in ("minmax", "raw"):
+        a = transfer_scores(x, onehot(y, 3), chain, w2="closed_form", score="paper", fit=fit)
+        b = transfer_scores(x, onehot(renamed, 3), chain, w2="closed_form", score="paper", fit=fit)
+        assert a == b
+    a = transfer_scores(x, y, chain, w2="closed_form", score="paper", fit="raw")
+    b = transfer_scores(x, renamed, chain, w2="closed_form", score="paper", fit="raw")
+    assert a != b  # the class-index vector: another numbering, another score
+
+
+def test_degenerate_batches_vote_or_abstain():
+    g = torch.Generator().manual_seed(0)
+    outputs = {b: torch.rand(4, 3, generator=g) for b in ("conv2", "fc1", "fc2")}
+    x = torch.rand(4, 2, generator=g)
+    kw = {"chain": ("conv2", "fc1", "fc2"), "w2": "closed_form", "score": "paper"}
+    kw["tie_break"] = "first"
+    one_class = torch.zeros(4, dtype=torch.long)
+    assert batch_vote(x, one_class, outputs, **kw)[0] in (0, 1)  # scored without z^y (W2 = 0)
+    assert batch_vote(x, one_class, outputs, degenerate="skip", **kw) == (-1, False)
+    assert batch_vote(x, one_class, outputs, degenerate="skip_single", **kw)[0] in (0, 1)
+    one = {b: o[:1] for b, o in outputs.items()}
+    assert batch_vote(x[:1], one_class[:1], one, degenerate="skip", **kw) == (-1, False)
+    assert batch_vote(x[:1], one_class[:1], one, degenerate="skip_single", **kw) == (-1, False)
+    # every fit undefined (one sample, raw): every s_l is 0, a tie the batch rule breaks
+    assert batch_vote(
+        x[:1, :1], one_class[:1], {b: o[:1, :1] for b, o in outputs.items()}, fit="raw", **kw
+    ) == (0, True)
+
+
+def test_tie_rules_of_a_majority():
+    order = ["fc1", "fc2", "classifier"]
+    votes = ["classifier", "fc2", "fc2", "classifier"]  # fc2 and classifier tied, 2-2
+    assert tally(votes, order, "first") == ("fc2", ["fc2", "classifier"])
+    assert tally(votes, order, "first_seen")[0] == "classifier"
+    assert tally(["fc1", "fc2"], order, "prefer_fc2")[0] == "fc2"
+    assert tally(["fc1", "fc2"], order, "first")[0] == "fc1"
+    assert tally(["fc1", "fc1", "fc2"], order, "prefer_fc2") == ("fc1", ["fc1"])  # no tie
+
+
 # ------------------------------------------------------------------------------ the phases
 def test_layer_is_common_and_fixed_after_selection_and_never_leaves_its_client():
     sim = sim_for(rounds=5)
@@ -124,6 +189,25 @@ def test_layer_is_common_and_fixed_after_selection_and_never_leaves_its_client()
         states = [store.client_state(c) for c in range(6)]
         assert pre and all(torch.equal(s[k], states[0][k]) for s in states for k in pre)
     assert history[0] is None and len(set(history[1:])) == 1
+
+
+def test_the_reading_of_the_vote_never_steers_the_selection_phase():
+    # phase 1 is FedAvg whatever the vote's reading: the models after the K_p = 2 selection
+    # rounds are the same bit for bit, so a full run's number depends on the reading only
+    # through the layer it keeps
+    readings = [
+        {},
+        {"fit": "raw", "labels": "onehot", "degenerate": "skip"},
+        {"tie_break": "prefer_fc2", "round_tie": "first_seen", "granularity": "post_train"},
+    ]
+    states = []
+    for reading in readings:
+        sim = sim_for(rounds=2, **reading)
+        sim.run()
+        states.append({c: sim.store.client_state(c) for c in range(6)})
+    for other in states[1:]:
+        for c, state in states[0].items():
+            assert all(torch.equal(state[k], other[c][k]) for k in state)
 
 
 def test_personal_layer_values_are_the_clients_own_training():
@@ -195,6 +279,10 @@ def test_bad_options_are_one_line_errors():
         fedpart.run(base(candidates=["fc2", "fc1"]), write=False)
     with pytest.raises(ConfigError, match="algorithm.phi_norm"):
         fedpart.run(base(phi_norm="cubic"), write=False)
+    with pytest.raises(ConfigError, match="algorithm.personal_layer"):
+        fedpart.run(base(personal_layer="conv9"), write=False)
+    with pytest.raises(ConfigError, match="algorithm.round_tie"):
+        fedpart.run(base(round_tie="last"), write=False)
 
 
 # --------------------------------------------------------------------- engine pieces
@@ -204,7 +292,7 @@ def test_observer_reports_every_batch_and_leaves_no_hooks():
     assert recipe.observe is not None
     result = sim.train(0, 0, sim.algorithm.start_state(0, 0))
     assert len(result.observations) == result.steps
-    assert all(v in (0, 1) for v in result.observations)
+    assert all(v in (0, 1) and isinstance(t, bool) for v, t in result.observations)
     assert not any(m._forward_hooks for m in sim.model.modules())
     plain = sim.train(0, 0, sim.algorithm.start_state(0, 0), recipe=fedpart.engine.recipe.Recipe())
     assert plain.observations == []

@@ -14,7 +14,7 @@ from fedpart.engine.context import MethodContext
 from fedpart.engine.mixing import mix_states, normalize_rows
 from fedpart.engine.store import ClientStateStore
 from fedpart.engine.training import ClientJob
-from fedpart.models.cnn import FedAvgCNN
+from fedpart.models.cnn import FedAvgCNN, LeNet5
 from fedpart.models.mlp import MLP
 from fedpart.registry import methods
 
@@ -61,12 +61,71 @@ def test_fedcmd_fixes_the_majority_layer_after_the_selection_rounds():
     votes = {0: [1, 1, 0], 1: [1], 2: [0, 1, 1], 3: [0]}  # batch votes: indices of candidates
     for rnd in range(2):
         for c, v in votes.items():
-            algo.trained(rnd, c, SimpleNamespace(observations=v))
+            algo.trained(rnd, c, SimpleNamespace(observations=[(i, False) for i in v]))
         uploads = {c: algo.upload(rnd, c, moved(start, c)) for c in votes}
         algo.aggregate(rnd, uploads, dict.fromkeys(votes, 1.0))
         assert algo.votes.winners[-1] == "classifier"  # clients 0, 1, 2 vote classifier
     assert algo.layer == "classifier"
     assert set(ctx.store.personal_keys) == {"classifier.weight", "classifier.bias"}
+
+
+def lenet_like() -> LeNet5:
+    """conv1 | conv2 | fc1 | fc2 | classifier: FedCMD's candidates are fc1, fc2, classifier."""
+    torch.manual_seed(0)
+    return LeNet5(3, (1, 28, 28))
+
+
+def select(votes_by_round: list[dict[int, list[int]]], ties: dict, tied: bool = False):
+    """FedCMD on the toy CNN fed these batch votes (indices into fc1, fc2, classifier; −1: no
+    vote), each batch's minimum ``tied`` or not: the algorithm and each round's vote row."""
+    shape = (1, 28, 28)
+    rounds = len(votes_by_round)
+    algo, ctx = build("fedcmd", lenet_like(), 6, input_shape=shape, selection_rounds=rounds, **ties)
+    start, rows = ctx.store.client_state(0), []
+    for rnd, votes in enumerate(votes_by_round):
+        for c, v in votes.items():
+            algo.trained(rnd, c, SimpleNamespace(observations=[(i, tied) for i in v]))
+        uploads = {c: algo.upload(rnd, c, start) for c in votes}
+        algo.aggregate(rnd, uploads, dict.fromkeys(votes, 1.0))
+        rows.append(algo.round_metrics())
+    return algo, rows
+
+
+def test_fedcmd_tie_rules_decide_the_client_the_round_and_the_final_vote():
+    algo, _ = select([{0: [0]}], {})
+    assert algo.candidates == ("fc1", "fc2", "classifier")
+    # a client 1-1 between fc2 (its first batch) and fc1
+    client = [{0: [1, 0]}]
+    assert select(client, {})[0].layer == "fc1"  # first: the earliest candidate
+    assert select(client, {"client_tie": "first_seen"})[0].layer == "fc2"
+    assert select(client, {"client_tie": "prefer_fc2"})[0].layer == "fc2"
+    # a round 2-2: clients 0 and 3 vote fc1, clients 1 and 2 fc2
+    round_ = [{0: [0], 1: [1], 2: [1], 3: [0]}]
+    assert select(round_, {})[0].layer == "fc1"
+    assert select(round_, {"round_tie": "prefer_fc2"})[0].layer == "fc2"
+    # 2-2 between fc2 and classifier, client 0 (the first participant) voting classifier
+    round_ = [{0: [2], 1: [1], 2: [1], 3: [2]}]
+    algo, rows = select(round_, {}, tied=True)
+    assert algo.layer == "fc2"
+    assert select(round_, {"round_tie": "first_seen"})[0].layer == "classifier"
+    assert rows[0]["fedcmd_votes"] == {"classifier": 2, "fc2": 2}
+    assert rows[0]["fedcmd_batch_votes"] == {"fc1": 0, "fc2": 2, "classifier": 2}
+    assert rows[0]["fedcmd_ties"] == {
+        "batch": 4,
+        "client": 0,
+        "round": ["fc2", "classifier"],
+        "no_vote_batches": 0,
+    }
+    # the rounds 1-1: fc2 won round 0, fc1 round 1
+    final = [{0: [1]}, {0: [0]}]
+    algo, _ = select(final, {})
+    assert algo.layer == "fc1" and algo.summary_values()["final_tie"] == ["fc1", "fc2"]
+    assert select(final, {"final_tie": "first_seen"})[0].layer == "fc2"
+    assert select(final, {"final_tie": "prefer_fc2"})[0].layer == "fc2"
+    # a batch that casts no vote is counted; a client with no vote at all abstains
+    _, rows = select([{0: [-1, 2], 1: [-1]}], {})
+    assert rows[0]["fedcmd_votes"] == {"classifier": 1}
+    assert rows[0]["fedcmd_ties"]["no_vote_batches"] == 1
 
 
 def test_fedcmd_mixes_the_layers_after_l_star_by_personal_layer_similarity():

@@ -3,6 +3,7 @@
     python benchmarks/fedcmd/reproduce.py --jobs 2                 # every run, then the tables
     python benchmarks/fedcmd/reproduce.py --only table6 --jobs 2   # one experiment
     python benchmarks/fedcmd/reproduce.py --report                 # tables from the records only
+    python benchmarks/fedcmd/reproduce.py --only readings --jobs 1 # the vote's readings (issue 43)
 
 Every run uses the paper's protocol (configs/fedcmd/*.yaml: FL-bench Dirichlet α = 0.1 over
 100 clients, 50/50 per-client train/test, seed 42, 10 clients per round, 200 rounds, E = 5,
@@ -23,6 +24,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vote_readings  # noqa: E402
 from runner import (  # noqa: E402
     ROOT,
     Job,
@@ -134,6 +137,7 @@ def experiments() -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
         for d in ("fmnist", "mnist")
         for layer in TABLE2
     ]
+    out.update(vote_readings.experiments(load))  # issue 43: the vote under each reading
     return out
 
 
@@ -148,6 +152,8 @@ def record(name: str, summary: dict, run_dir: Path) -> None:
         "fedcmd_layer",
         "fedcmd_votes",
         "fedcmd_round_winner",
+        "fedcmd_batch_votes",
+        "fedcmd_ties",
     )
     rows = [{k: r[k] for k in keep if k in r} for r in metric_rows(run_dir) if "stage" not in r]
     save_record(RECORDS, name, summary, rows)
@@ -287,6 +293,8 @@ def report() -> str:
                 f"\n{title}, lowest total first ({len(order)} of {len(TABLE6)} methods recorded): "
                 + " < ".join(order)
             )
+    lines.extend(vote_readings.report(load))
+    lines.extend(vote_readings.report_full(load))
     return "\n".join(lines)
 
 

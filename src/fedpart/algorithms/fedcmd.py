@@ -9,6 +9,8 @@ layer l on every local batch by the feature-distribution transfer of Eq. (6),
 with scalar Gaussians z fitted to min–max-normalised tensors and the closed-form 1-D W2
 (Eq. 4); a batch votes for argmin_l s_l, a client for its batches' majority, a round for its
 clients' majority (Alg. 2 line 17), and l* is the majority over the K_p rounds (line 22).
+What the paper leaves open — the fit, y's encoding, the tie rule of every majority, when a
+client votes, what a degenerate batch contributes — is an option each.
 
 Phase 2 (Alg. 3): l* stays on every client (never aggregated, never broadcast); layers before
 l* are averaged with data-size weights (Eq. 2); layers after l* are aggregated per client,
@@ -31,11 +33,16 @@ from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
 from fedpart.engine.layer_selection import (  # noqa: F401 - also importable from here
+    DEGENERATE,
+    FITS,
+    LABELS,
+    TIES,
     BlockVote,
     batch_vote,
     gaussian,
     majority,
     score_chain,
+    tally,
     transfer_scores,
     vote,
     w2_gaussian,
@@ -94,6 +101,24 @@ class FedCMDOptions:
         "from its trained model on its training data (Alg. 2 lines 9-11)",
         choices=("batch", "post_train"),
     )
+    fit: str = option(
+        "minmax",
+        "the scalar Gaussian of a tensor: minmax (scaled to [0, 1] first, the code) or raw "
+        "(its mean and std)",
+        choices=FITS,
+    )
+    labels: str = option(
+        "index", "y as the class-index vector (the code) or its one-hot matrix", choices=LABELS
+    )
+    client_tie: str = option("first", "tie rule of a client's batch majority", choices=TIES)
+    round_tie: str = option("first", "tie rule of a round's client majority", choices=TIES)
+    final_tie: str = option("first", "tie rule of the majority over the rounds", choices=TIES)
+    degenerate: str = option(
+        "score",
+        "score: every batch votes (an undefined fit counts W2 = 0); skip_single: not a batch "
+        "of one sample (the code); skip: nor one of one class",
+        choices=DEGENERATE,
+    )
     eps: float = option(1e-8, "ε of the cosine similarity (Eq. 8)", ge=0)
     w2: str = _switch("w2", "closed_form (paper) or mean_only |μ1−μ2| (code)")
     score: str = _switch(
@@ -148,7 +173,9 @@ class FedCMD(Algorithm):
         o = self.options
         self.blocks = list(self.ctx.model.block_names)
         #: the candidates, and o_0 (the block before the first), o_1, …: what Eq. (6) compares
-        self.candidates, self.chain = score_chain(self.ctx.model, o.candidates, (o.personal_layer,))
+        self.candidates, self.chain = score_chain(
+            self.ctx.model, o.candidates, {"algorithm.personal_layer": o.personal_layer}
+        )
         #: a batch's vote (the observer of phase-1 training)
         self.batch_vote = functools.partial(
             batch_vote,
@@ -156,6 +183,10 @@ class FedCMD(Algorithm):
             w2=o.switch("w2"),
             score=o.switch("score"),
             tie_break=o.switch("tie_break"),
+            fit=o.fit,
+            labels=o.labels,
+            num_classes=self.ctx.data.num_classes if o.labels == "onehot" else 0,
+            degenerate=o.degenerate,
         )
         # K_p: none with a fixed l*; else as given, or ⌊ρ·rounds⌋ (at least 1 when ρ > 0)
         by_rho = max(1, int(o.rho * self.ctx.cfg.federation.rounds)) if o.rho > 0 else 0
@@ -167,7 +198,7 @@ class FedCMD(Algorithm):
                 "no selection round and no algorithm.personal_layer: nothing would choose l*",
             )
         self.layer: str | None = None
-        self.votes = BlockVote(self.candidates)
+        self.votes = BlockVote(self.candidates, (o.client_tie, o.round_tie, o.final_tie))
         #: Φ (Eq. 8), clipped at 0, of every pair of clients that met in a round
         self.mixer = SimilarityMixer(
             self.ctx.data.num_clients,
@@ -223,12 +254,12 @@ class FedCMD(Algorithm):
         if not self.selecting(rnd):
             return
         if self.options.granularity == "batch":
-            votes = [int(v) for v in result.observations]
+            votes = [(int(v), bool(t)) for v, t in result.observations]
         else:
             votes = [self._post_train_vote(client, result.state)]
         self.votes.client_voted(client, votes)
 
-    def _post_train_vote(self, client: int, state: State) -> int:
+    def _post_train_vote(self, client: int, state: State) -> tuple[int, bool]:
         """Alg. 2 lines 9-11: one vote from the trained model's outputs on the client's data."""
         data = self.ctx.data
         idx = data.clients[client].train
@@ -326,8 +357,23 @@ class FedCMD(Algorithm):
             "layer": self.layer,
             "selection_rounds": self.selection_rounds,
             "round_winner_counts": self.votes.counts(),
+            "final_tie": self.votes.final_tie(),
+            "reading": self.reading(),
             "variant": self.options.variant,
             "similarity": similarity_statistics(self.mixer.matrix, self.options.switch("phi_norm")),
+        }
+
+    def reading(self) -> dict[str, str]:
+        """The choices the vote rests on (docs/methods/fedcmd.md, "The vote's open choices")."""
+        o = self.options
+        return {
+            "fit": o.fit,
+            "labels": o.labels,
+            "w2": o.switch("w2"),
+            "score": o.switch("score"),
+            "granularity": o.granularity,
+            "degenerate": o.degenerate,
+            "ties": f"{o.switch('tie_break')}/{o.client_tie}/{o.round_tie}/{o.final_tie}",
         }
 
     def state_restored(self) -> None:

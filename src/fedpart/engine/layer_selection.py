@@ -4,8 +4,8 @@ clients observe can configure it.
 
 Scoring (Eq. 4, 6): on every batch, the outputs ``o_0, o_1, …`` of a chain of blocks (``o_0``
 the predecessor of the first candidate; :func:`score_chain`) are fitted with scalar Gaussians
-after min–max normalisation, and a candidate ``l`` scores how much it moves the features'
-distribution towards the labels' against the input's,
+(:func:`gaussian`: after min–max normalisation, or of the raw values), and a candidate ``l``
+scores how much it moves the features' distribution towards the labels' against the input's,
 
     s_l = | (W2(z^{o_l}, z^y) − W2(z^{o_l}, z^x)) − (W2(z^{o_{l−1}}, z^y) − W2(z^{o_{l−1}}, z^x)) |,
 
@@ -14,6 +14,8 @@ with the closed-form 1-D W2 (or the authors' code's mean-only form); a batch vot
 
 Voting (:class:`BlockVote`): a client's vote is its batches' majority, a round's winner its
 clients' majority (Alg. 2 line 17), the choice the majority of the round winners (line 22).
+The paper states no tie rule at any of these levels; each level takes one of :data:`TIES`
+(:func:`tally`), and every round's counts and ties are logged.
 """
 
 from __future__ import annotations
@@ -25,25 +27,46 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from fedpart.errors import ConfigError
 
 __all__ = [
+    "DEGENERATE",
+    "FITS",
+    "LABELS",
+    "TIES",
     "BlockVote",
     "batch_vote",
     "gaussian",
     "majority",
     "score_chain",
+    "tally",
     "transfer_scores",
     "vote",
     "w2_gaussian",
 ]
 
+#: how a tensor becomes a scalar Gaussian (:func:`gaussian`)
+FITS = ("minmax", "raw")
+#: what tensor stands for the labels y: the class-index vector or its one-hot matrix
+LABELS = ("index", "onehot")
+#: tie rules of a majority (:func:`tally`): the earliest candidate in forward order, the tied
+#: candidate voted first (the authors' code: Python's ``max`` over an insertion-ordered dict),
+#: or fc2 when it is among the tied (the code's batch-level "prior knowledge")
+TIES = ("first", "first_seen", "prefer_fc2")
+#: what a batch of one sample or of one class contributes (:func:`batch_vote`)
+DEGENERATE = ("score", "skip_single", "skip")
 
-def gaussian(t: torch.Tensor) -> tuple[float, float] | None:
-    """(mean, std) of a scalar Gaussian fitted to ``t`` after min–max normalisation to [0, 1]
-    over the whole tensor; ``None`` when ``t`` is constant (the code's NaN, scored as 0)."""
+
+def gaussian(t: torch.Tensor, fit: str = "minmax") -> tuple[float, float] | None:
+    """(mean, std) of a scalar Gaussian fitted to all of ``t``: after min–max normalisation to
+    [0, 1] over the whole tensor (``minmax``, the authors' code), or of its raw values (``raw``).
+    ``None`` where the fit is undefined (the code's NaN, scored as 0): a constant tensor under
+    ``minmax``, a single value under ``raw``."""
     t = t.detach().double().flatten()
+    if fit == "raw":
+        return (float(t.mean()), float(t.std())) if t.numel() > 1 else None
     lo, hi = t.min(), t.max()
     if not hi > lo:
         return None
@@ -62,12 +85,18 @@ def w2_gaussian(a: tuple[float, float] | None, b: tuple[float, float] | None, mo
 
 
 def transfer_scores(
-    x: torch.Tensor, y: torch.Tensor, chain: list[torch.Tensor], *, w2: str, score: str
+    x: torch.Tensor,
+    y: torch.Tensor,
+    chain: list[torch.Tensor],
+    *,
+    w2: str,
+    score: str,
+    fit: str = "minmax",
 ) -> list[float]:
     """s_l of Eq. (6) for l = 1..len(chain)−1, ``chain`` being the outputs o_0, o_1, … (o_0 the
-    predecessor of the first candidate)."""
-    zx, zy = gaussian(x), gaussian(y)
-    z = [gaussian(o) for o in chain]
+    predecessor of the first candidate); ``y`` is the labels' tensor as encoded."""
+    zx, zy = gaussian(x, fit), gaussian(y, fit)
+    z = [gaussian(o, fit) for o in chain]
     scores = []
     for l in range(1, len(chain)):
         ay, ax = w2_gaussian(z[l], zy, w2), w2_gaussian(z[l], zx, w2)
@@ -100,28 +129,55 @@ def batch_vote(
     w2: str,
     score: str,
     tie_break: str,
-) -> int:
-    """One batch's vote (an index into ``chain[1:]``): the observer of phase-1 training."""
-    scores = transfer_scores(x, y, [outputs[b] for b in chain], w2=w2, score=score)
-    return vote(scores, chain[1:], tie_break)
+    fit: str = "minmax",
+    labels: str = "index",
+    num_classes: int = 0,
+    degenerate: str = "score",
+) -> tuple[int, bool]:
+    """One batch's vote — an index into ``chain[1:]``, −1 for no vote — and whether several
+    candidates attained the minimum: the observer of phase-1 training. ``degenerate``
+    (:data:`DEGENERATE`): ``score``, every batch votes (an undefined fit counting W2 = 0);
+    ``skip_single``, a batch of one sample casts no vote (the authors' code skips it); ``skip``,
+    neither does a batch of one class."""
+    single = len(y) < 2
+    if (degenerate != "score" and single) or (degenerate == "skip" and bool((y == y[0]).all())):
+        return -1, False
+    target = F.one_hot(y, num_classes) if labels == "onehot" else y
+    scores = transfer_scores(x, target, [outputs[b] for b in chain], w2=w2, score=score, fit=fit)
+    return vote(scores, chain[1:], tie_break), scores.count(min(scores)) > 1
 
 
-def majority(votes: list[int] | list[str], order: list[Any]) -> Any:
-    """The most frequent vote; ties go to the earliest in ``order``."""
+def tally(votes: list[Any], order: list[Any], tie: str = "first") -> tuple[Any, list[Any]]:
+    """The most frequent of ``votes`` and the candidates tied at the top (in ``order``); a tie
+    goes by ``tie`` (:data:`TIES`)."""
     counts = Counter(votes)
     top = max(counts.values())
-    return next(v for v in order if counts.get(v, 0) == top)
+    tied = [v for v in order if counts.get(v, 0) == top]
+    if tie == "first_seen":
+        return next(v for v in votes if v in tied), tied
+    if tie == "prefer_fc2" and "fc2" in tied:
+        return "fc2", tied
+    return tied[0], tied
+
+
+def majority(votes: list[Any], order: list[Any], tie: str = "first") -> Any:
+    """The most frequent vote; ties by ``tie`` (default: the earliest in ``order``)."""
+    return tally(votes, order, tie)[0]
 
 
 def score_chain(
-    model: Any, candidates: list[str] | None, named: tuple[str | None, ...] = ()
+    model: Any, candidates: list[str] | None, named: dict[str, str | None] | None = None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(candidates, chain)``: the candidate blocks in forward order (default: the blocks
     after the last convolutional one) and the chain of outputs Eq. (6) compares — the block
     before the first candidate, then the candidates. Raises ``ConfigError`` (as
-    ``algorithm.candidates``) for unknown blocks (``named``: other blocks the method names,
-    checked with them), blocks out of order, or the first block."""
+    ``algorithm.candidates``) for unknown blocks, blocks out of order, or the first block;
+    ``named`` maps the method's other block-naming options (``algorithm.<key>``) to their
+    values, each checked and reported under its own key."""
     blocks = list(model.block_names)
+    for key, block in (named or {}).items():
+        if block and block not in blocks:
+            raise ConfigError(key, f"unknown block {block!r}; blocks: {', '.join(blocks)}")
     if candidates is None:
         convs = [
             i
@@ -130,7 +186,7 @@ def score_chain(
         ]
         first = convs[-1] + 1 if convs else 1
         candidates = blocks[max(first, 1) :]
-    unknown = [c for c in [*candidates, *named] if c and c not in blocks]
+    unknown = [c for c in candidates if c not in blocks]
     if unknown:
         raise ConfigError(
             "algorithm.candidates", f"unknown blocks {unknown}; blocks: {', '.join(blocks)}"
@@ -146,39 +202,75 @@ def score_chain(
 
 
 @dataclass
+class Ballot:
+    """One client's vote in a round: its batches' majority and what it was made of."""
+
+    choice: str
+    batches: Counter
+    tied: bool
+    batch_ties: int
+    no_vote: int
+
+
+@dataclass
 class BlockVote:
     """The votes of a selection phase among ``candidates``: each client's vote is the majority
     of its batches' (:meth:`client_voted`), each round's winner the majority of its clients'
-    (:meth:`close_round`), and the choice the majority of the round winners (:meth:`choice`).
-    ``winners`` is what a checkpoint keeps; a round's pending votes end with the round."""
+    (:meth:`close_round`), and the choice the majority of the round winners (:meth:`choice`);
+    ``ties`` are the tie rules of these three majorities (:data:`TIES`). ``winners`` is what a
+    checkpoint keeps; a round's pending votes end with the round."""
 
     candidates: tuple[str, ...]
+    ties: tuple[str, str, str] = ("first", "first", "first")
     winners: list[str] = field(default_factory=list)
-    pending: dict[int, str] = field(default_factory=dict)
-    last_round: dict[str, int] = field(default_factory=dict)
+    pending: dict[int, Ballot] = field(default_factory=dict)
+    last_round: dict[str, Any] = field(default_factory=dict)
 
-    def client_voted(self, client: int, votes: list[int]) -> None:
-        """``client``'s batch votes (indices into the candidates) of this round."""
-        if votes:
-            order = list(range(len(self.candidates)))
-            self.pending[client] = self.candidates[majority(votes, order)]
+    def client_voted(self, client: int, votes: list[tuple[int, bool]]) -> None:
+        """``client``'s batch votes of this round: (index into the candidates or −1 for no
+        vote, whether the batch's minimum was tied)."""
+        cast = [self.candidates[v] for v, _ in votes if v >= 0]
+        if cast:
+            choice, tied = tally(cast, list(self.candidates), self.ties[0])
+            batch_ties = sum(1 for v, t in votes if v >= 0 and t)
+            no_vote = len(votes) - len(cast)
+            self.pending[client] = Ballot(choice, Counter(cast), len(tied) > 1, batch_ties, no_vote)
 
     def close_round(self, clients: list[int]) -> None:
         """The round's winner among the votes of ``clients`` (those whose uploads arrived)."""
-        votes = [self.pending.pop(c) for c in clients if c in self.pending]
-        self.last_round = dict(Counter(votes))
-        if votes:
-            self.winners.append(majority(votes, list(self.candidates)))
+        ballots = [self.pending.pop(c) for c in clients if c in self.pending]
+        if not ballots:
+            return
+        votes = [b.choice for b in ballots]
+        winner, tied = tally(votes, list(self.candidates), self.ties[1])
+        self.winners.append(winner)
+        batches = sum((b.batches for b in ballots), Counter())
+        self.last_round = {
+            "votes": dict(Counter(votes)),
+            "round_winner": winner,
+            "batch_votes": {c: batches.get(c, 0) for c in self.candidates},
+            "ties": {
+                "batch": sum(b.batch_ties for b in ballots),
+                "client": sum(b.tied for b in ballots),
+                "round": tied if len(tied) > 1 else [],
+                "no_vote_batches": sum(b.no_vote for b in ballots),
+            },
+        }
 
     def choice(self) -> str:
-        """The majority of the round winners (ties: the earliest candidate)."""
-        return majority(self.winners, list(self.candidates))
+        """The majority of the round winners (ties by the third rule)."""
+        return tally(self.winners, list(self.candidates), self.ties[2])[0]
+
+    def final_tie(self) -> list[str]:
+        """The candidates tied for the most round wins ([] without a tie)."""
+        tied = tally(self.winners, list(self.candidates))[1] if self.winners else []
+        return tied if len(tied) > 1 else []
 
     def round_metrics(self, prefix: str) -> dict[str, Any]:
-        """The last closed round's vote counts and winner, once."""
-        if not self.last_round:
-            return {}
-        row = {f"{prefix}_votes": self.last_round, f"{prefix}_round_winner": self.winners[-1]}
+        """The last closed round's vote counts (clients and batches per candidate), winner and
+        ties (batches whose minimum was tied, clients whose batch majority was tied, the
+        candidates tied in the round's majority, batches that cast no vote), once."""
+        row = {f"{prefix}_{k}": v for k, v in self.last_round.items()}
         self.last_round = {}
         return row
 
