@@ -173,7 +173,7 @@ def _changed(cfg: Config, perturb: float) -> Config:
     return cfg
 
 
-def fedcmd_fedavg_mnist(perturb: float = 0.0) -> Rerun:
+def fedcmd_fedavg_mnist(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """FedAvg on the FedCMD protocol (``fedcmd.md``): the participants' accuracies before and
     after local training and the bytes sent, rounds 0-2."""
     name = "fedavg-mnist"
@@ -189,7 +189,7 @@ def fedcmd_fedavg_mnist(perturb: float = 0.0) -> Rerun:
             *RUNNER_LAST,
         ],
     )
-    sim, rows = first_rounds(_changed(cfg, perturb), ROUNDS)
+    sim, rows = first_rounds(_changed(cfg, perturb), rounds)
 
     def deviation(rnd: int, key: str, got: Any, want: Any) -> float | None:
         if not key.startswith("participants_accuracy"):
@@ -198,10 +198,10 @@ def fedcmd_fedavg_mnist(perturb: float = 0.0) -> Rerun:
         clients = sample_clients(cfg.seed, rnd, sim.data.num_clients, cfg.federation.join_ratio)
         return samples(got, want, sum(int(sim.data.clients[c].test.numel()) for c in clients))
 
-    return Rerun(name, record["rounds"][:ROUNDS], rows, deviation)
+    return Rerun(name, record["rounds"][:rounds], rows, deviation)
 
 
-def pa3dfl_fedavg_hetero(perturb: float = 0.0) -> Rerun:
+def pa3dfl_fedavg_hetero(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """FedAvg in Pa3dFL's Hetero. setting at CPU scale (``pa3dfl.md``): the training loss and the
     bytes sent in rounds 0-2, and no evaluation in them (accuracy recorded as null)."""
     name = "fedavg-hetero-seed0"
@@ -220,12 +220,12 @@ def pa3dfl_fedavg_hetero(perturb: float = 0.0) -> Rerun:
             *RUNNER_LAST,
         ],
     )
-    _, rows = first_rounds(_changed(cfg, perturb), ROUNDS)
+    _, rows = first_rounds(_changed(cfg, perturb), rounds)
 
     def deviation(rnd: int, key: str, got: Any, want: Any) -> float | None:
         return relative(got, want) if key == "train_loss" else None
 
-    return Rerun(name, record["rounds"][:ROUNDS], rows, deviation)
+    return Rerun(name, record["rounds"][:rounds], rows, deviation)
 
 
 def scale_section() -> dict[str, Any]:
@@ -259,7 +259,7 @@ def scale_section() -> dict[str, Any]:
     }
 
 
-def performance_scale1000(perturb: float = 0.0) -> Rerun:
+def performance_scale1000(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """``fedpart bench``'s ``scale1000`` workload at one thread (``performance.md``), as
     ``bench.harness.run_scale`` runs it: one round of the default backend, then the evaluation
     of every client. The accuracy is the mean over clients in %, printed to 0.01 points."""
@@ -291,7 +291,7 @@ def performance_scale1000(perturb: float = 0.0) -> Rerun:
     return Rerun("scale1000", [want], [got], deviation)
 
 
-def decentralized(name: str, perturb: float = 0.0) -> Rerun:
+def decentralized(name: str, perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """Rounds 0-2 of run ``name`` of ``benchmarks/decentralized/reproduce.py``: the training loss
     relative, the accuracy (the mean over clients of each client's test accuracy) in test
     samples of the smallest client, the rest exact."""
@@ -301,7 +301,7 @@ def decentralized(name: str, perturb: float = 0.0) -> Rerun:
         config,
         [*RUNNER_FIRST, f"dataset.root={DATA}", *repro.FAST, *overrides, *RUNNER_LAST],
     )
-    sim, rows = first_rounds(_changed(cfg, perturb), ROUNDS)
+    sim, rows = first_rounds(_changed(cfg, perturb), rounds)
     unit = sim.data.num_clients * min(int(c.test.numel()) for c in sim.data.clients)
 
     def deviation(rnd: int, key: str, got: Any, want: Any) -> float | None:
@@ -311,22 +311,22 @@ def decentralized(name: str, perturb: float = 0.0) -> Rerun:
             return samples(got, want, unit)
         return None
 
-    return Rerun(name, record["rounds"][:ROUNDS], rows, deviation)
+    return Rerun(name, record["rounds"][:rounds], rows, deviation)
 
 
-def uapdfl_dfedper(perturb: float = 0.0) -> Rerun:
+def uapdfl_dfedper(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """Peer-to-peer FedPer in the UA-PDFL study (``uapdfl.md``; 30 clients on 2,250 images,
     β = 0.5, seed 0): rounds 0-2."""
-    return decentralized("uapdfl-beta0.5-dfedper-seed0", perturb)
+    return decentralized("uapdfl-beta0.5-dfedper-seed0", perturb, rounds)
 
 
-def dfedpgp_fedavg(perturb: float = 0.0) -> Rerun:
+def dfedpgp_fedavg(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """FedAvg in the DFedPGP study (``dfedpgp.md``; 100 clients on 10,000 images, Dir(0.3),
     10 a round, 5 local epochs, seed 0): rounds 0-2."""
-    return decentralized("dfedpgp-dir0.3-fedavg-seed0", perturb)
+    return decentralized("dfedpgp-dir0.3-fedavg-seed0", perturb, rounds)
 
 
-def fedseqlayer_fedrep(perturb: float = 0.0) -> Rerun:
+def fedseqlayer_fedrep(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """FedRep on the sequential-layer-expansion paper's MNIST protocol (``fedseqlayer.md``; 100
     clients, 10 a round, every client evaluated each round, T = 100, seed 0): rounds 0-2."""
     name = "T100-fedrep-seed0"
@@ -336,7 +336,7 @@ def fedseqlayer_fedrep(perturb: float = 0.0) -> Rerun:
         ROOT / "configs" / "centralized" / f"{config}.yaml",
         [*RUNNER_FIRST, *overrides, f"dataset.root={DATA}", *RUNNER_LAST],
     )
-    sim, rows = first_rounds(_changed(cfg, perturb), ROUNDS)
+    sim, rows = first_rounds(_changed(cfg, perturb), rounds)
     tests = [int(c.test.numel()) for c in sim.data.clients]
 
     def deviation(rnd: int, key: str, got: Any, want: Any) -> float | None:
@@ -348,10 +348,10 @@ def fedseqlayer_fedrep(perturb: float = 0.0) -> Rerun:
             return samples(got, want, sum(tests))
         return None
 
-    return Rerun(name, record["rounds"][:ROUNDS], rows, deviation)
+    return Rerun(name, record["rounds"][:rounds], rows, deviation)
 
 
-def sanity_mnist(perturb: float = 0.0) -> Rerun:
+def sanity_mnist(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """FedAvg on MNIST, IID, 10 clients (``sanity.md``, its first command): the global test
     accuracy after round 1, as the page prints it (four decimals of 10,000 test images)."""
     text = (RESULTS / "sanity.md").read_text()

@@ -294,7 +294,7 @@ class Config:
     def with_overrides(self, overrides: list[str]) -> Config:
         """A new validated config with dotted ``key=value`` overrides applied."""
         data = self.to_dict()
-        apply_overrides(data, overrides)
+        apply_overrides(data, overrides, Config)
         return Config.from_dict(data)
 
 
@@ -721,7 +721,7 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError("", f"{p}: the top level must be a mapping of sections")
         data = loaded
-    apply_overrides(data, overrides or [])
+    apply_overrides(data, overrides or [], Config)
     return Config.from_dict(data)
 
 

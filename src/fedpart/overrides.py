@@ -29,23 +29,29 @@ def _parse_scalar(text: str) -> Any:
         return text  # not a YAML value: the type check names the key
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> None:
-    """Apply dotted ``key=value`` overrides in place; values are parsed as YAML scalars or lists.
+def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type) -> None:
+    """Apply dotted ``key=value`` overrides in place (``schema``: the config's dataclass, whose
+    field types say which keys hold strings); values are parsed as YAML scalars or lists.
 
     An override that switches ``model.name`` (``algorithm.name``) drops the options the
     previous model (method) was given beside its name — ``model.padding`` of the quick start's
     CNN — that the new one does not take, with a notice; options given on the command line
     stay and are checked."""
     before = {s: dict(data[s]) for s in ("model", "algorithm") if isinstance(data.get(s), dict)}
-    _set_overrides(data, overrides)
+    _set_overrides(data, overrides, schema)
     for section, old in before.items():
         new = data.get(section)
         if isinstance(new, dict) and new.get("name") != old.get("name"):
-            _drop_options_of_the_previous(data, section, old, overrides)
+            section_type = typing.get_type_hints(schema)[section]
+            _drop_options_of_the_previous(data, section, section_type, old, overrides)
 
 
 def _drop_options_of_the_previous(
-    data: dict[str, Any], section: str, before: dict[str, Any], overrides: list[str]
+    data: dict[str, Any],
+    section: str,
+    section_type: type,
+    before: dict[str, Any],
+    overrides: list[str],
 ) -> None:
     from fedpart.models import MODELS  # noqa: PLC0415 - the zoo sits below the config
     from fedpart.plugins import load_plugins  # noqa: PLC0415
@@ -54,8 +60,6 @@ def _drop_options_of_the_previous(
     plugins = data.get("plugins")
     if isinstance(plugins, list):
         load_plugins(plugins, "plugins")  # the new model or method may be a plugin's
-    from fedpart.config import _SECTION_TYPES  # noqa: PLC0415
-
     registry: dict[str, Any] = MODELS if section == "model" else methods()
     try:
         name = lookup(list(registry), data[section].get("name"), f"{section}.name", section)
@@ -64,7 +68,7 @@ def _drop_options_of_the_previous(
     entry = registry[name]
     takes = entry.options if section == "model" else entry.option_docs()
     given = {i.split("=", 1)[0].strip() for i in overrides}
-    fixed = {f.name for f in dataclasses.fields(_SECTION_TYPES[section])}
+    fixed = {f.name for f in dataclasses.fields(section_type)}
     dropped = [
         k for k in before if k not in fixed and k not in takes and f"{section}.{k}" not in given
     ]
@@ -79,7 +83,7 @@ def _drop_options_of_the_previous(
         )
 
 
-def _set_overrides(data: dict[str, Any], overrides: list[str]) -> None:
+def _set_overrides(data: dict[str, Any], overrides: list[str], schema: type) -> None:
     for item in overrides:
         if "=" not in item:
             raise ConfigError(item, "overrides must look like section.key=value")
@@ -97,7 +101,7 @@ def _set_overrides(data: dict[str, Any], overrides: list[str]) -> None:
             if not isinstance(nxt, dict):
                 raise ConfigError(key, f"'{part}' is not a section")
             node = nxt
-        kind = _string_key(parts)
+        kind = _string_key(schema, parts)
         if kind is None or (kind == "optional" and text.strip() in _YAML_NULLS):
             node[parts[-1]] = _parse_scalar(text)
         else:
@@ -107,13 +111,11 @@ def _set_overrides(data: dict[str, Any], overrides: list[str]) -> None:
 _YAML_NULLS = ("null", "Null", "NULL", "~")
 
 
-def _string_key(parts: list[str]) -> str | None:
+def _string_key(schema: type, parts: list[str]) -> str | None:
     """``"str"`` (``"optional"``: or null) when the key ``parts`` names holds a string — a
     path, a name, a template — whose value is then taken as written (``#``, ``:``, quotes and
     all), not parsed as YAML; None for every other key (YAML, checked later)."""
-    from fedpart.config import Config  # noqa: PLC0415 - the schema imports this module
-
-    cls: Any = Config
+    cls: Any = schema
     for part in parts:
         if not (
             dataclasses.is_dataclass(cls) and part in {f.name for f in dataclasses.fields(cls)}

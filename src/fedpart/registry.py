@@ -40,6 +40,9 @@ def register(cls: Any) -> Any:
     return cls
 
 
+_ALGORITHM = ("fedpart.algorithms.base", "Algorithm")
+
+
 def _qualified(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}"
 
@@ -52,9 +55,9 @@ def register_algorithm(name: str | type | None = None) -> Any:
         return register(name)
 
     def wrap(cls: type) -> type:
-        from fedpart.algorithms.base import Algorithm  # noqa: PLC0415 - below the methods
-
-        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        # by its bases' names: the registry sits below the methods and imports none of them
+        bases = getattr(cls, "__mro__", ())
+        if not any((b.__module__, b.__qualname__) == _ALGORITHM for b in bases):
             raise ConfigError(
                 "register_algorithm",
                 f"{cls!r} is not a subclass of fedpart.algorithms.Algorithm (docs/extending.md)",
