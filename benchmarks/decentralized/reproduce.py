@@ -5,6 +5,7 @@
     python benchmarks/decentralized/reproduce.py --only uapdfl,uapdfl-ablation --jobs 2
     python benchmarks/decentralized/reproduce.py --only uapdfl-sweep,uapdfl-rule --jobs 2
     python benchmarks/decentralized/reproduce.py --only uapdfl-scale --jobs 2
+    python benchmarks/decentralized/reproduce.py --only uapdfl-edge --jobs 2
     python benchmarks/decentralized/calibrate_uapdfl.py --pool 0 --betas 0.5
     python benchmarks/decentralized/reproduce.py --only uapdfl-mechanism --jobs 2
     python benchmarks/decentralized/choose_setting.py dfedpgp
@@ -24,7 +25,10 @@ at both β, same th_I. ``uapdfl-sweep`` (issue 42): UA-PDFL at every th_I of the
 grid, both β, seeds 0–2, runs ``uapdfl-th<th_I>-<β>-uapdfl-seed<s>``. ``uapdfl-rule``: UA-PDFL
 and Fig. 13's variants at the th_I the threshold rule chose (its UA-PDFL runs are the sweep's).
 ``uapdfl-scale``: UA-PDFL with ``SCALE_EPOCHS`` local epochs (~30 steps a round, the paper's) on
-the study's pool, at the old and at the rule's th_I, both β, seed 0. ``uapdfl-mechanism``
+the study's pool, at the old and at the rule's th_I, both β, seed 0, with Local and FedPer at the
+same local compute. ``uapdfl-edge`` (post hoc): Fig. 13's variants at th_I = 3e-3, the sweep's
+one th_I with rare dropout at β = 0.5 and common at β = 5 on every study seed.
+``uapdfl-mechanism``
 (after ``calibrate_uapdfl.py --pool 0 --betas 0.5``): UA-PDFL on the whole pool, where a client
 takes ~35 local steps a round, with th_I calibrated there by the same rule, seed 0, 60 rounds —
 whether the rule gives rare dropouts at β = 0.5 and common ones at β = 5 where local training
