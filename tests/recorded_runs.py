@@ -18,7 +18,6 @@ to catch).
 from __future__ import annotations
 
 import importlib.util
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -391,7 +390,3 @@ RERUNS: dict[str, tuple[str, Callable[..., Rerun]]] = {
 
 def have(dataset: str) -> bool:
     return (DATA / dataset / "raw").is_dir()
-
-
-def finite(values: list[float]) -> bool:
-    return all(math.isfinite(v) for v in values)
