@@ -219,7 +219,11 @@ def test_can_batch():
     a = Recipe(phases=(Phase(loss_terms=(LossTerm("p", proximal(ref)),)),))
     b = Recipe(phases=(Phase(loss_terms=(LossTerm("p", proximal(ref)),)),))
     assert can_batch(mlp, [a, a]) is None
-    reason = can_batch(mlp, [a, b])
+    # recipes are data: the same function and equal tensors make equal recipes
+    assert a == b and hash(a) == hash(b) and can_batch(mlp, [a, b]) is None
+    moved = {k: v + 1 for k, v in ref.items()}
+    c = Recipe(phases=(Phase(loss_terms=(LossTerm("p", proximal(moved)),)),))
+    reason = can_batch(mlp, [a, c])
     assert reason is not None and "recipe 1" in reason
     with pytest.raises(ValueError, match="buffers"):
         train_clients_batched(_model("lenet5"), [], recipe, None, [], 0, _settings())  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -43,7 +44,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import torch
 
 from fedpart.config import Config, dump_config, load_config
@@ -51,6 +51,7 @@ from fedpart.engine.backends import Delivered
 from fedpart.engine.checkpoint import read_checkpoint, restore, run_directory
 from fedpart.engine.evaluation import evaluate_clients
 from fedpart.engine.recipe import Phase, Recipe
+from fedpart.engine.recipe_codec import decode_job, encode_job
 from fedpart.engine.simulation import Result, Simulation
 from fedpart.engine.training import ClientJob, TrainResult, train_client
 from fedpart.errors import FedpartError
@@ -75,6 +76,47 @@ TRAFFIC_KEYS = (
     "eval_msg_down_bytes",
     "eval_msg_up_bytes",
 )
+
+
+def _check_upload(
+    got: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]
+) -> str | None:
+    """Why a node's tensors cannot be taken as ``expected``'s (other keys, shapes, dtypes, a
+    value that is not finite), or ``None``."""
+    if set(got) != set(expected):
+        extra, missing = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
+        return f"keys differ (extra {extra[:3]}, missing {missing[:3]})"
+    for k, v in got.items():
+        ref = expected[k]
+        if v.shape != ref.shape or v.dtype != ref.dtype:
+            return f"{k} is {v.dtype} {tuple(v.shape)}, expected {ref.dtype} {tuple(ref.shape)}"
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            return f"{k} has values that are not finite"
+    return None
+
+
+def _train_info(info: Any, client: int) -> dict[str, Any] | str:
+    """A training reply's statistics, checked (a one-line reason when they are malformed)."""
+    try:
+        out = {
+            "client": int(info["client"]),
+            "loss": float(info["loss"]),
+            "samples": int(info["samples"]),
+            "steps": int(info["steps"]),
+            "phases": [
+                (tuple(map(str, k)), int(s), int(n)) for k, s, n in json.loads(str(info["phases"]))
+            ],
+            "observations": json.loads(str(info["observations"])),
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"malformed statistics ({type(exc).__name__}: {exc})"
+    if out["client"] != client:
+        return f"it answers for client {out['client']}"
+    if not math.isfinite(out["loss"]) or out["samples"] < 0 or out["steps"] < 0:
+        return "its loss is not finite or its counts are negative"
+    if not isinstance(out["observations"], list):
+        return "its observations are not a list"
+    return out
 
 
 def require_flwr() -> None:
@@ -210,6 +252,10 @@ class FlowerSimulation(Simulation):
         self.connected = False
         self.round_failed: set[int] = set()
         self.eval_failed: set[int] = set()
+        #: uploads refused this round (training, evaluation): counted apart from ``failed``
+        self.rejected = {"train": 0, "eval": 0}
+        #: nodes that claimed a client another live node holds: node → client
+        self.claims: dict[int, int] = {}
         self.traffic = dict.fromkeys(TRAFFIC_KEYS, 0)
 
     # --------------------------------------------------------------- messages
@@ -261,10 +307,9 @@ class FlowerSimulation(Simulation):
         for client, held_by in list(self.nodes.items()):
             if held_by == node:
                 del self.nodes[client]
-                print(
-                    f"notice: Flower node {node} (client {client}) did not reply; the client "
-                    "fails until a SuperNode with its partition-id connects",
-                    file=sys.stderr,
+                self._notice(
+                    f"Flower node {node} (client {client}) did not reply; the client "
+                    "fails until a SuperNode with its partition-id connects"
                 )
 
     def _refresh(self) -> None:
@@ -276,31 +321,51 @@ class FlowerSimulation(Simulation):
         listed = set(self.grid.get_node_ids())
         for node in set(self.nodes.values()) - listed:
             self._drop(node)
-        new = sorted(listed - set(self.nodes.values()) - self.gone)
-        if not new:
-            return
+        new = sorted(listed - set(self.nodes.values()) - self.gone - set(self.claims))
         n = self.data.num_clients
         replies = self._send({node: Message(self._content({}), node, "query") for node in new})
         for node, reply in replies.items():
-            client = int(reply.content["info"]["client"])
+            try:
+                client = int(reply.content["info"]["client"])
+            except (KeyError, TypeError, ValueError):
+                self._notice(f"Flower node {node} did not say which client it holds; ignored")
+                self.gone.add(node)
+                continue
             if not 0 <= client < n:
-                raise FedpartError(
+                message = (
                     f"Flower node {node} has partition-id {client}: the config has {n} clients "
                     f"(partition-id 0..{n - 1})"
                 )
-            before = self.nodes.get(client)
-            if before is not None:
                 if not self.connected:
-                    raise FedpartError(
-                        f"Flower nodes {before} and {node} both have partition-id {client}: each "
-                        f"of 0..{n - 1} must be held by exactly one node"
-                    )
-                print(
-                    f"notice: Flower node {node} takes over client {client} from node {before}",
-                    file=sys.stderr,
+                    raise FedpartError(message)
+                self._notice(message + "; ignored")
+                self.gone.add(node)
+                continue
+            before = self.nodes.get(client)
+            if before is not None and not self.connected:
+                raise FedpartError(
+                    f"Flower nodes {before} and {node} both have partition-id {client}: each "
+                    f"of 0..{n - 1} must be held by exactly one node"
                 )
-                self.gone.add(before)
+            if before is not None:
+                self.claims[node] = client
+                self._notice(
+                    f"Flower node {node} claims client {client}, which node {before} holds; "
+                    "refused while that node answers"
+                )
+                continue
             self.nodes[client] = node
+        # a claim is granted once the node holding the client is gone
+        for node, client in list(self.claims.items()):
+            if node not in listed:
+                del self.claims[node]
+            elif client not in self.nodes:
+                del self.claims[node]
+                self._notice(f"Flower node {node} takes over client {client}")
+                self.nodes[client] = node
+
+    def _notice(self, text: str) -> None:
+        print(f"notice: {text}", file=sys.stderr)
 
     def connect(self) -> None:
         """Wait for one node per client and learn which client each node is."""
@@ -348,9 +413,11 @@ class FlowerSimulation(Simulation):
         """The engine's round; its row also counts the participants whose node did not reply
         (``failed``) and the bytes of the round's training messages."""
         self.round_failed = set()
+        self.rejected["train"] = 0
         self.traffic = dict.fromkeys(TRAFFIC_KEYS, 0)
         row = super().run_round(rnd)
         row["failed"] = row.get("failed", 0) + len(self.round_failed)
+        row["rejected"] = self.rejected["train"]
         row["train_msg_down_bytes"] = self.traffic["train_msg_down_bytes"]
         row["train_msg_up_bytes"] = self.traffic["train_msg_up_bytes"]
         return row
@@ -383,26 +450,41 @@ class FlowerSimulation(Simulation):
             probe = _Recorder(start)
             algo.upload(rnd, c, probe, job)  # a pure function of what it is given
             returned = [k for k in start if k not in personal or k in probe.read]
-            sent = cloudpickle.dumps((job.recipe, self.train_settings(rnd, c), frozen))
+            text, tensors = encode_job(job.recipe, self.train_settings(rnd, c), frozen)
             content = self._content(
-                self._down(c, start), **self._job(c), round=rnd, returned=returned, job=sent
+                {**self._down(c, start), "recipe": _to_record(tensors)},
+                **self._job(c),
+                round=rnd,
+                returned=returned,
+                job=text,
             )
             messages[c] = Message(content, self.nodes[c], "train", group_id=str(rnd))
         out: dict[int, TrainResult] = {}
         for c, reply in self._send(messages, "train").items():
-            info = reply.content["info"]
+            start = jobs[c].start
+            expected = {k: start[k] for k in messages[c].content["job"]["returned"]}
+            info = _train_info(reply.content.get("info", {}), c)
+            try:
+                got = _from_record(reply.content["model"])
+            except (KeyError, TypeError, ValueError) as exc:
+                got, info = {}, f"no readable model ({type(exc).__name__})"
+            problem = info if isinstance(info, str) else _check_upload(got, expected)
+            if problem is not None:
+                self.rejected["train"] += 1
+                self._notice(f"round {rnd}: refused the upload of client {c}: {problem}")
+                continue
+            assert isinstance(info, dict)
             self.personal_round[c] = rnd
             self.held[c] = set(personal)
             # personal tensors the node did not send stay the server's placeholders: the server
             # never uses them (start states and evaluation overlay the node's own)
-            state = {**jobs[c].start, **_from_record(reply.content["model"])}
             out[c] = TrainResult(
-                state=state,
-                loss=float(info["loss"]),
-                samples=int(info["samples"]),
-                steps=int(info["steps"]),
-                phases=[(tuple(k), s, n) for k, s, n in json.loads(str(info["phases"]))],
-                observations=json.loads(str(info["observations"])),
+                state={**start, **got},
+                loss=info["loss"],
+                samples=info["samples"],
+                steps=info["steps"],
+                phases=info["phases"],
+                observations=info["observations"],
                 job=jobs[c],
             )
         return out
@@ -425,13 +507,13 @@ class FlowerSimulation(Simulation):
         for c in range(self.data.num_clients):
             if c not in self.nodes:
                 continue
-            job = cloudpickle.dumps((recipe, self.train_settings(rnd, c), set()))
+            text, tensors = encode_job(recipe, self.train_settings(rnd, c), set())
             content = self._content(
-                self._down(c, self.store.client_state(c)),
+                {**self._down(c, self.store.client_state(c)), "recipe": _to_record(tensors)},
                 **self._job(c),
                 round=rnd,
                 returned=[],
-                job=job,
+                job=text,
             )
             messages[c] = Message(content, self.nodes[c], "train.finetune", group_id=str(rnd))
         self._send(messages)
@@ -442,8 +524,10 @@ class FlowerSimulation(Simulation):
         """The engine's evaluation; a client whose node did not reply has no accuracy this time
         (``eval_failed`` counts them) and the others' make the means."""
         self.eval_failed = set()
+        self.rejected["eval"] = 0
         row = super().evaluate()
         row["eval_failed"] = len(self.eval_failed)
+        row["eval_rejected"] = self.rejected["eval"]
         for key in ("eval_msg_down_bytes", "eval_msg_up_bytes"):
             row[key] = self.traffic[key]
             self.traffic[key] = 0
@@ -478,14 +562,25 @@ class FlowerSimulation(Simulation):
                 self.eval_failed.add(c)
                 out.append((torch.zeros(0, dtype=torch.bool), torch.zeros(0)))
                 continue
-            got = _from_record(reply.content["outcome"])
-            correct, loss = got["correct"].bool(), got["loss"]
-            if correct.numel() != idx.numel():
-                raise FedpartError(
-                    f"Flower node of client {c} evaluated {correct.numel()} samples, the "
-                    f"server expected {idx.numel()}: node and server partition differently"
+            n = idx.numel()
+            expected = {"correct": torch.zeros(n, dtype=torch.uint8), "loss": torch.zeros(n)}
+            try:
+                got = _from_record(reply.content["outcome"])
+            except (KeyError, TypeError, ValueError):
+                got = {"unreadable": torch.zeros(0)}
+            problem = _check_upload(got, expected)
+            if problem is None and bool((got["correct"] > 1).any()):
+                problem = "correct holds values other than 0 and 1"
+            if problem is not None:
+                self.eval_failed.add(c)
+                self.rejected["eval"] += 1
+                self._notice(
+                    f"refused the evaluation of client {c}: {problem} (a node that partitions "
+                    "the data otherwise than the server evaluates other samples)"
                 )
-            out.append((correct, loss))
+                out.append((torch.zeros(0, dtype=torch.bool), torch.zeros(0)))
+                continue
+            out.append((got["correct"].bool(), got["loss"]))
         return out
 
     # ---------------------------------------------------------- checkpoints
@@ -660,7 +755,7 @@ def _train(msg: Message, context: Context, *, finetune: bool) -> Message:
     job = msg.content["job"]
     sim = _mirror(str(job["config"]))
     client, start, kept = _node_state(msg, context, sim)
-    recipe, settings, frozen = cloudpickle.loads(job["job"])
+    recipe, settings, frozen = decode_job(str(job["job"]), _from_record(msg.content["recipe"]))
     rnd = int(job["round"])
     result = train_client(sim.model, start, recipe, sim.data, client, rnd, settings, frozen)
     if finetune:

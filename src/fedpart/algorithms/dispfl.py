@@ -51,7 +51,7 @@ from fedpart.algorithms.decentralized import Decentralized
 from fedpart.algorithms.registry import register
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
-from fedpart.engine.recipe import Recipe, cross_entropy
+from fedpart.engine.recipe import Recipe, bind, cross_entropy, recipe_function
 from fedpart.engine.training import TrainResult, batch_slices
 from fedpart.seeding import torch_generator
 from fedpart.topology import Graph
@@ -143,6 +143,19 @@ def next_mask(
 
 
 # ------------------------------------------------------------------------------------- method
+@recipe_function
+def masked_loss(
+    model: nn.Module,
+    state: State,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    mask: dict[str, torch.Tensor],
+) -> torch.Tensor:
+    """The task loss of the sparse model ``w ⊙ m``."""
+    sparse = {**state, **{k: state[k] * m for k, m in mask.items()}}
+    return cross_entropy(functional_call(model, sparse, (x,)), y)
+
+
 @register
 class DisPFL(Decentralized):
     """Personal sparse masks; sparse models averaged over their holders; prune and regrow."""
@@ -287,13 +300,7 @@ class DisPFL(Decentralized):
     def recipe(self, rnd: int, client: int) -> Recipe:
         """Local SGD on ``w ⊙ m_k``: the gradient of every masked weight is exactly zero, so
         ``w ← w − η (∇F_k(w) ⊙ m_k)`` (momentum and weight decay keep masked weights at 0)."""
-        mask = self.masks[client]
-
-        def objective(model: nn.Module, state: State, x: torch.Tensor, y: torch.Tensor):
-            sparse = {**state, **{k: state[k] * m for k, m in mask.items()}}
-            return cross_entropy(functional_call(model, sparse, (x,)), y)
-
-        return Recipe(objective=objective)
+        return Recipe(objective=bind(masked_loss, mask=self.masks[client]))
 
     def local_update(self, rnd: int, client: int) -> TrainResult:
         """Masked local training (step 2), then the mask search for the next round (step 3)."""

@@ -21,7 +21,6 @@ point where the authors' code departs from the paper (docs/methods/fedcmd.md).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +53,7 @@ from fedpart.engine.mixers import (
     similarity_statistics,
 )
 from fedpart.engine.mixing import weighted_average
-from fedpart.engine.recipe import Observer, Recipe
+from fedpart.engine.recipe import Observer, Recipe, bind
 from fedpart.errors import ConfigError, FedpartError
 
 VARIANTS = ("paper", "code")
@@ -177,9 +176,9 @@ class FedCMD(Algorithm):
             self.ctx.model, o.candidates, {"algorithm.personal_layer": o.personal_layer}
         )
         #: a batch's vote (the observer of phase-1 training)
-        self.batch_vote = functools.partial(
+        self.batch_vote = bind(
             batch_vote,
-            chain=self.chain,
+            chain=tuple(self.chain),
             w2=o.switch("w2"),
             score=o.switch("score"),
             tie_break=o.switch("tie_break"),

@@ -3,7 +3,7 @@ with the global objective's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine import method_state as saved
-from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
+from fedpart.engine.recipe import LossTerm, Phase, Recipe, bind, proximal, recipe_function
 
 State = dict[str, torch.Tensor]
 
@@ -25,14 +25,10 @@ class FedDynOptions:
     )
 
 
-def linear(direction: Mapping[str, torch.Tensor]) -> Callable[[Mapping[str, torch.Tensor]], Any]:
+@recipe_function
+def linear(params: Mapping[str, torch.Tensor], direction: Mapping[str, torch.Tensor]) -> Any:
     """The linear penalty ``Σ_k ⟨direction_k, θ_k⟩`` (its gradient is ``direction``)."""
-    fixed = {k: v.detach() for k, v in direction.items()}
-
-    def penalty(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return sum((params[k] * d).sum() for k, d in fixed.items())
-
-    return penalty
+    return sum((params[k] * d).sum() for k, d in direction.items())
 
 
 @register
@@ -68,7 +64,8 @@ class FedDyn(Algorithm):
         terms = [LossTerm("proximal", proximal(anchor), weight=alpha)]
         grad = self.grads.get(client)
         if grad is not None:
-            terms.append(LossTerm("feddyn_linear", linear(grad), weight=-1.0))
+            direction = {k: v.detach() for k, v in grad.items()}
+            terms.append(LossTerm("feddyn_linear", bind(linear, direction=direction), weight=-1.0))
         return Recipe(phases=(Phase(loss_terms=tuple(terms)),))
 
     def aggregate(self, rnd: int, uploads: dict[int, State], weights: dict[int, float]) -> None:

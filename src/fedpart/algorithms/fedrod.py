@@ -10,7 +10,7 @@ from torch import nn
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.engine.functional import call_method
-from fedpart.engine.recipe import Recipe
+from fedpart.engine.recipe import Recipe, bind, recipe_function
 from fedpart.models import BlockModel
 
 
@@ -53,6 +53,24 @@ def balanced_softmax_loss(
     return F.cross_entropy(logits + torch.log(class_counts.clamp_min(1e-12)), y)
 
 
+@recipe_function
+def two_head_loss(
+    model: TwoHeadModel,
+    state: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    counts: torch.Tensor,
+) -> torch.Tensor:
+    """L_BSM(generic(z), y) + CE(generic(z).detach() + personal(z.detach()), y), ``counts`` the
+    client's class counts."""
+    z = call_method(model, "features", state, x)
+    generic = call_method(model, "generic", state, z)
+    personal = call_method(model, "personal", state, z.detach())
+    return balanced_softmax_loss(generic, y, counts) + F.cross_entropy(
+        generic.detach() + personal, y
+    )
+
+
 @register
 class FedRoD(Algorithm):
     """Body and generic head shared (averaged), trained with L_BSM(head(z), y); the personal head
@@ -60,7 +78,6 @@ class FedRoD(Algorithm):
 
     name = "fedrod"
     needs_head_and_body = True
-    backends = ("sequential", "ray", "processes", "flower")  # a per-client objective: not batched
     summary = "Generic head with balanced softmax + personal head on detached features."
 
     def wrap_model(self, model: BlockModel) -> BlockModel:
@@ -77,14 +94,4 @@ class FedRoD(Algorithm):
         return {"phead"}
 
     def recipe(self, rnd: int, client: int) -> Recipe:
-        counts = self.class_counts[client]
-
-        def objective(model: TwoHeadModel, state, x, y):
-            z = call_method(model, "features", state, x)
-            generic = call_method(model, "generic", state, z)
-            personal = call_method(model, "personal", state, z.detach())
-            return balanced_softmax_loss(generic, y, counts) + F.cross_entropy(
-                generic.detach() + personal, y
-            )
-
-        return Recipe(objective=objective)
+        return Recipe(objective=bind(two_head_loss, counts=self.class_counts[client]))

@@ -15,7 +15,7 @@ from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import weighted_average
-from fedpart.engine.recipe import LossTerm, Phase, Recipe
+from fedpart.engine.recipe import LossTerm, Phase, Recipe, bind, recipe_function
 from fedpart.errors import ConfigError
 from fedpart.models.base import BlockModel
 from fedpart.models.factorized import FactorizedCNN
@@ -61,22 +61,18 @@ def orthonormal_basis(model: FactorizedCNN, generator: torch.Generator) -> None:
         v.uniform_(-bound, bound, generator=generator)
 
 
-def orthogonality(keys: tuple[str, ...]) -> Any:
+@recipe_function
+def orthogonality(params: dict[str, torch.Tensor], keys: tuple[str, ...]) -> Any:
     """FLANC's regulariser (Pa3dFL Eq. 33): ``(1/L) Σ_l ‖θ_uᵀθ_u − I‖²_F`` over the ``L``
     decomposed layers, the columns of each ``θ_u`` being its basis filters."""
-
-    def penalty(params: dict[str, torch.Tensor]) -> torch.Tensor:
-        total = 0.0
-        for k in keys:
-            u = params[k]
-            gram = u.t() @ u
-            total = (
-                total
-                + (gram - torch.eye(gram.shape[0], dtype=u.dtype, device=u.device)).pow(2).sum()
-            )
-        return total / len(keys)
-
-    return penalty
+    total = 0.0
+    for k in keys:
+        u = params[k]
+        gram = u.t() @ u
+        total = (
+            total + (gram - torch.eye(gram.shape[0], dtype=u.dtype, device=u.device)).pow(2).sum()
+        )
+    return total / len(keys)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +146,9 @@ class FLANC(WidthSliced):
     def recipe(self, rnd: int, client: int) -> Recipe:
         if self.options.reg == 0:
             return Recipe()
-        term = LossTerm("orthogonality", orthogonality(self.basis), self.options.reg)
+        term = LossTerm(
+            "orthogonality", bind(orthogonality, keys=tuple(self.basis)), self.options.reg
+        )
         return Recipe(phases=(Phase(loss_terms=(term,)),))
 
     # ---------------------------------------------------------------- round

@@ -11,7 +11,6 @@ by line search on their validation split (Alg. 1). ``docs/methods/pa3dfl.md``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +34,7 @@ from fedpart.engine.hypernetwork import (
     hypernetwork_seed,
     step_on_uploads,
 )
-from fedpart.engine.recipe import LossTerm, Phase, Recipe
+from fedpart.engine.recipe import LossTerm, Phase, Recipe, bind, recipe_function
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
 from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
@@ -157,6 +156,7 @@ def scaled_gradient(t: torch.Tensor, scale: float) -> torch.Tensor:
     return t if scale == 1.0 else t.detach() + scale * (t - t.detach())
 
 
+@recipe_function
 def two_heads(
     model: FactorizedCNN,
     state: Mapping[str, torch.Tensor],
@@ -177,6 +177,7 @@ def two_heads(
     return F.cross_entropy(global_logits, y) + F.cross_entropy(local_logits, y)
 
 
+@recipe_function
 def orthogonality(params: Mapping[str, torch.Tensor], keys: tuple[str, ...]) -> torch.Tensor:
     """Eq. (32): Σ over conv layers of ‖θ_uᵀθ_u − diag(θ_uᵀθ_u)‖²_F."""
     return sum(offdiagonal_gram_penalty(params[k]) for k in keys)  # type: ignore[return-value]
@@ -291,12 +292,10 @@ class Pa3dFL(WidthSliced):
     def recipe(self, rnd: int, client: int) -> Recipe:
         reg = LossTerm(
             "orthogonality",
-            functools.partial(orthogonality, keys=self.conv_u),
+            bind(orthogonality, keys=tuple(self.conv_u)),
             weight=self.options.lam,
         )
-        objective = functools.partial(
-            two_heads, local_head_lr_scale=self.options.local_head_lr_scale
-        )
+        objective = bind(two_heads, local_head_lr_scale=self.options.local_head_lr_scale)
         return Recipe(phases=(Phase(loss_terms=(reg,)),), objective=objective)
 
     # ------------------------------------------------------------ server → client

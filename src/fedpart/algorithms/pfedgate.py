@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import torch
@@ -13,7 +12,7 @@ from torch.func import functional_call
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.registry import register
 from fedpart.config import option
-from fedpart.engine.recipe import Recipe
+from fedpart.engine.recipe import Recipe, bind, recipe_function
 from fedpart.models.base import BlockModel
 from fedpart.models.gated import SELECTIONS, GatedModel
 
@@ -50,6 +49,7 @@ class _ScaleGrad(torch.autograd.Function):
         return grad * ctx.c, None
 
 
+@recipe_function
 def gated_loss(
     gate_scale: float, model: Any, state: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
 ) -> torch.Tensor:
@@ -120,4 +120,4 @@ class PFedGate(Algorithm):
 
     def recipe(self, rnd: int, client: int) -> Recipe:
         scale = self.options.gate_lr / self.ctx.cfg.federation.lr
-        return Recipe(objective=functools.partial(gated_loss, scale))
+        return Recipe(objective=bind(gated_loss, scale))

@@ -166,6 +166,7 @@ class Batched(Backend):
 
     def train(self, rnd: int, clients: list[int]) -> dict[int, TrainResult]:
         from fedpart.engine.batched import can_batch, train_clients_batched
+        from fedpart.engine.recipe import skeleton, tensor_slots
 
         sim = self.sim
         algo = sim.algorithm
@@ -178,18 +179,19 @@ class Batched(Backend):
         groups: dict[tuple[Any, TrainSettings, int], list[int]] = {}
         models: dict[int, Any] = {}
         factors: dict[int, list[float]] = {}
+        slots: dict[int, list[Any]] = {}
         for client in clients:
             recipe = algo.recipe(rnd, client)
             factors[client] = [p.lr_scale for p in recipe.phases]
+            slots[client] = tensor_slots(recipe)
             plain = dataclasses.replace(
                 recipe,
                 phases=tuple(dataclasses.replace(p, lr_scale=1.0) for p in recipe.phases),
             )
             model = algo.model_for(client)
             models[id(model)] = model
-            groups.setdefault((plain, sim.train_settings(rnd, client), id(model)), []).append(
-                client
-            )
+            key = (skeleton(plain), sim.train_settings(rnd, client), id(model))
+            groups.setdefault(key, []).append(client)
         out: dict[int, TrainResult] = {}
         frozen = algo.frozen_blocks(rnd)
         for (recipe, settings, model_id), members in groups.items():
@@ -208,6 +210,7 @@ class Batched(Backend):
                 frozen,
                 chunk=sim.cfg.engine.batch_clients or None,
                 lr_scales=[factors[c] for c in members],
+                slot_values=[slots[c] for c in members],
             )
             for job, result in zip(jobs, trained, strict=True):
                 result.job = job

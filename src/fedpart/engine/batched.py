@@ -76,6 +76,7 @@ from fedpart.engine.batched_step import (
     grouped_step,
     make_step,
     samples_per_epoch,
+    select_slots,
     sgd_update,
     steps_per_epoch,
 )
@@ -144,8 +145,15 @@ def train_clients_batched(
     frozen: set[str] = frozenset(),
     chunk: int | None = None,
     lr_scales: list[list[float]] | None = None,
+    slot_values: list[list[Tensor]] | None = None,
 ) -> list[TrainResult]:
     """Train ``clients[i]`` from ``starts[i]`` (not modified) following ``recipe``, all at once.
+
+    ``slot_values[i]``, when given, are the tensors bound in client ``i``'s own recipe
+    (:func:`~fedpart.engine.recipe.tensor_slots`), whose :func:`~fedpart.engine.recipe.skeleton`
+    ``recipe`` is: clients whose recipes differ only in those values (FedRoD's class counts)
+    train together, each with its own (a tensor every client holds as the same object is
+    shared, not stacked).
 
     ``lr_scales[i][p]``, when given, multiplies the learning rate of client ``i`` in phase ``p``
     (on top of the phase's ``lr_scale``): clients whose recipes differ only in their phases'
@@ -167,6 +175,8 @@ def train_clients_batched(
         len(lr_scales) != len(clients) or any(len(s) != len(recipe.phases) for s in lr_scales)
     ):
         raise ValueError("lr_scales needs one factor per phase for every client")
+    if slot_values is not None and len(slot_values) != len(clients):
+        raise ValueError("slot_values needs the recipe tensors of every client")
     reason = can_batch(model, [recipe])
     if reason is not None:
         raise ValueError(f"cannot train batched: {reason}")
@@ -200,6 +210,7 @@ def train_clients_batched(
                 settings,
                 frozen,
                 None if lr_scales is None else [lr_scales[i] for i in group],
+                None if slot_values is None else [slot_values[i] for i in group],
             )
             for i, res in zip(group, trained, strict=True):
                 results[i] = res
@@ -227,6 +238,7 @@ def _train_group(
     settings: TrainSettings,
     frozen: set[str],
     lr_scales: list[list[float]] | None = None,
+    slot_values: list[list[Tensor]] | None = None,
 ) -> list[TrainResult]:
     """Train clients (all with data, sorted by steps per epoch, longest first) together."""
     key_order = list(starts[0])
@@ -241,6 +253,7 @@ def _train_group(
     per_epoch = [steps_per_epoch(n, bs, drop_last) for n in sizes]
     wd, momentum = settings.weight_decay, settings.momentum
     default_ce = recipe.objective is None and recipe.criterion is cross_entropy
+    slots, slot_dims = _stack_slots(slot_values, device)
 
     step_losses: list[tuple[Tensor, list[int]]] = []  # per step: losses [k], batch lengths
     logs: list[list[tuple[tuple[str, ...], int, int]]] = [[] for _ in clients]
@@ -261,8 +274,8 @@ def _train_group(
                 [f[phase_no] for f in lr_scales], dtype=torch.float32, device=device
             )
         totals = [epochs * s for s in per_epoch]  # non-increasing
-        plain_step = make_step(model, recipe, phase, key_order, weighted=False)
-        weighted_step = make_step(model, recipe, phase, key_order, weighted=True)
+        plain_step = make_step(model, recipe, phase_no, key_order, False, slot_dims)
+        weighted_step = make_step(model, recipe, phase_no, key_order, True, slot_dims)
         others = [k for k in key_order if k not in set(keys)]
         batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
         bufs: list[Tensor] = []
@@ -275,10 +288,11 @@ def _train_group(
             x_all, y_all = gather_batches(data, indices, device)
             train = {k: stacked[k][:active] for k in keys}
             other = {k: stacked[k][:active] for k in others}
+            live = select_slots(slots, slot_dims, slice(0, active))
             if min(lengths) == max(lengths):
                 x = x_all.view(active, lengths[0], *x_all.shape[1:])
                 y = y_all.view(active, lengths[0])
-                grads, losses = plain_step(train, other, x, y)
+                grads, losses = plain_step(train, other, x, y, live)
                 drawn = []
             else:
                 drawn = list(zip(x_all.split(lengths), y_all.split(lengths), strict=True))
@@ -286,9 +300,11 @@ def _train_group(
                 x = pad_sequence([x for x, _ in drawn], batch_first=True)
                 y = pad_sequence([y for _, y in drawn], batch_first=True)
                 w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
-                grads, losses = weighted_step(train, other, x, y, w)
+                grads, losses = weighted_step(train, other, x, y, live, w)
             elif drawn:
-                grads, losses = grouped_step(plain_step, train, other, drawn, lengths)
+                grads, losses = grouped_step(
+                    plain_step, train, other, drawn, lengths, live, slot_dims
+                )
             step_losses.append((losses, lengths))
             sgd_update(
                 [train[k] for k in keys],
@@ -322,3 +338,22 @@ def _train_group(
         mean = loss_sum[i] / samples[i] if samples[i] else 0.0
         results.append(TrainResult(state, mean, samples[i], steps[i], logs[i]))
     return results
+
+
+def _stack_slots(
+    slot_values: list[list[Tensor]] | None, device: torch.device
+) -> tuple[tuple[Tensor, ...], tuple[int | None, ...]]:
+    """Per slot of the recipe: the one tensor every client holds (``None``: shared), or the
+    clients' tensors stacked along a new first dimension (``0``)."""
+    if not slot_values:
+        return (), ()
+    slots: list[Tensor] = []
+    dims: list[int | None] = []
+    for values in zip(*slot_values, strict=True):
+        if all(v is values[0] for v in values):
+            slots.append(values[0].to(device))
+            dims.append(None)
+        else:
+            slots.append(torch.stack([v.detach() for v in values]).to(device))
+            dims.append(0)
+    return tuple(slots), tuple(dims)

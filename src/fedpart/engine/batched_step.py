@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
 from fedpart.engine.data import FederatedData
-from fedpart.engine.recipe import Phase, Recipe
+from fedpart.engine.recipe import Recipe, with_tensors
 from fedpart.engine.training import TrainSettings, batch_slices
 from fedpart.models import BlockModel
 from fedpart.seeding import torch_generator
@@ -93,33 +93,51 @@ def gather_batches(
 def make_step(
     model: BlockModel,
     recipe: Recipe,
-    phase: Phase,
+    phase_no: int,
     key_order: list[str],
     weighted: bool,
+    slot_dims: tuple[int | None, ...] = (),
 ) -> Callable[..., tuple[State, Tensor]]:
-    """``vmap(grad(loss))`` of one phase: ``(train, other, x, y[, w]) -> (grads, losses)``."""
-    objective = recipe.objective
-    criterion = recipe.criterion
-    terms = phase.loss_terms
+    """``vmap(grad(loss))`` of phase ``phase_no``: ``(train, other, x, y, slots[, w]) ->
+    (grads, losses)``. ``slots`` fill the recipe's tensor slots (:func:`~fedpart.engine.recipe.
+    with_tensors`; ``slot_dims[j]`` 0 where slot ``j`` is stacked per client, ``None`` where all
+    clients share it); with no slots the recipe is used as it is."""
 
     def loss_fn(
-        train: State, other: State, x: Tensor, y: Tensor, w: Tensor | None = None
+        train: State,
+        other: State,
+        x: Tensor,
+        y: Tensor,
+        slots: tuple[Tensor, ...],
+        w: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        r = with_tensors(recipe, list(slots)) if slot_dims else recipe
         current = {k: train[k] if k in train else other[k] for k in key_order}
-        if objective is not None:
-            loss = objective(model, current, x, y)
+        if r.objective is not None:
+            loss = r.objective(model, current, x, y)
         elif w is not None:
             logits = functional_call(model, current, (x,))
             per_sample = F.cross_entropy(logits, y, reduction="none")
             loss = (per_sample * w).sum() / w.sum()
         else:
-            loss = criterion(functional_call(model, current, (x,)), y)
-        for term in terms:
+            loss = r.criterion(functional_call(model, current, (x,)), y)
+        for term in r.phases[phase_no].loss_terms:
             loss = loss + term.weight * term.fn(current)
         return loss, loss.detach()
 
-    in_dims: tuple[Any, ...] = (0, 0, 0, 0, 0) if weighted else (0, 0, 0, 0)
+    in_dims: tuple[Any, ...] = (0, 0, 0, 0, tuple(slot_dims)) + ((0,) if weighted else ())
     return vmap(grad(loss_fn, has_aux=True), in_dims=in_dims)
+
+
+def select_slots(
+    slots: tuple[Tensor, ...], slot_dims: tuple[int | None, ...], idx: Tensor | slice
+) -> tuple[Tensor, ...]:
+    """The per-client slots of the clients ``idx`` (shared slots as they are)."""
+    if isinstance(idx, slice):
+        return tuple(s if d is None else s[idx] for s, d in zip(slots, slot_dims, strict=True))
+    return tuple(
+        s if d is None else s.index_select(0, idx) for s, d in zip(slots, slot_dims, strict=True)
+    )
 
 
 def grouped_step(
@@ -128,6 +146,8 @@ def grouped_step(
     other: State,
     drawn: list[tuple[Tensor, Tensor]],
     lengths: list[int],
+    slots: tuple[Tensor, ...] = (),
+    slot_dims: tuple[int | None, ...] = (),
 ) -> tuple[State, Tensor]:
     """One step of a loss without sample weights on batches of unequal lengths: one
     ``vmap(grad)`` per batch length, the results scattered back into stacked tensors."""
@@ -145,6 +165,7 @@ def grouped_step(
             {k: v.index_select(0, idx) for k, v in other.items()},
             x,
             y,
+            select_slots(slots, slot_dims, idx),
         )
         for k, v in g.items():
             grads[k].index_copy_(0, idx, v)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedpart.engine.recipe import recipe_function
 from fedpart.errors import ConfigError
 
 __all__ = [
@@ -120,6 +121,7 @@ def vote(scores: list[float], candidates: tuple[str, ...], tie_break: str) -> in
     return scores.index(best)
 
 
+@recipe_function
 def batch_vote(
     x: torch.Tensor,
     y: torch.Tensor,
