@@ -13,6 +13,7 @@ import math
 import uuid
 
 import pytest
+import torch
 
 import fedpart
 from fedpart.config import load_config
@@ -251,3 +252,119 @@ def test_resume_needs_the_nodes_state_dir(task_identity, tmp_path):
         _run_local(_local(2, 2), LocalGrid(2, None, _stop_at_round_1_evaluation), out)
     with pytest.raises(FedpartError, match="client 0 no longer holds its personal tensors"):
         resume_on_grid(LocalGrid(2, None), out, timeout=5)
+
+
+# ------------------------------------------------------- tampered nodes, in this process
+class TamperGrid(LocalGrid):
+    """A :class:`LocalGrid` whose replies pass through ``tamper(reply)`` (which may change
+    them in place) on their way to the server."""
+
+    def __init__(self, clients, root, tamper, hook=None):
+        super().__init__(clients, root, hook)
+        self.tamper = tamper
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        for reply in replies:
+            if not reply.has_error():
+                self.tamper(reply)
+        return replies
+
+
+def _tensors(record):
+    return {k: v.clone() for k, v in record.to_torch_state_dict().items()}
+
+
+def _bad_upload(kind):
+    """Client 1's round-1 training upload, spoiled in one way."""
+    from flwr.app import ArrayRecord
+
+    def tamper(reply):
+        meta = reply.metadata
+        if meta.message_type != "train" or meta.group_id != "1":
+            return
+        if int(reply.content["info"]["client"]) != 1:
+            return
+        state = _tensors(reply.content["model"])
+        key = next(k for k, v in state.items() if v.is_floating_point())
+        if kind == "shape":
+            state[key] = state[key].flatten()[:-1]
+        elif kind == "nan":
+            state[key][0] = float("nan")
+        elif kind == "extra":
+            state["intruder.weight"] = torch.zeros(3)
+        elif kind == "missing":
+            del state[key]
+        elif kind == "dtype":
+            state[key] = state[key].double()
+        reply.content["model"] = ArrayRecord(state)
+
+    return tamper
+
+
+@pytest.mark.parametrize("kind", ["shape", "nan", "extra", "missing", "dtype"])
+def test_a_bad_upload_is_refused_and_the_run_goes_on(task_identity, tmp_path, kind, capsys):
+    got = _run_local(_local(3, 3), TamperGrid(3, tmp_path, _bad_upload(kind)))
+    assert "refused the upload of client 1" in capsys.readouterr().err
+    # as if client 1 had failed in round 1: the others' updates, client 1's tensors unchanged
+    ref = fedpart.run(_local(3, 3, "federation.client_failure_schedule=[[1,1]]"), write=False)
+    _equal(got, ref, (*KEYS, "down_bytes", "failed"))
+    assert [r["rejected"] for r in got.metrics] == [0, 1, 0]
+    assert got.client_accuracy == pytest.approx(ref.client_accuracy, abs=1e-9)
+
+
+def test_a_bad_evaluation_is_refused(task_identity, tmp_path, capsys):
+    from flwr.app import ArrayRecord
+
+    def tamper(reply):
+        meta = reply.metadata
+        if meta.message_type == "evaluate" and meta.group_id == "1":
+            if int(reply.content["info"]["client"]) == 2:
+                outcome = _tensors(reply.content["outcome"])
+                outcome["loss"][0] = float("nan")
+                reply.content["outcome"] = ArrayRecord(outcome)
+
+    got = _run_local(_local(3, 3), TamperGrid(3, tmp_path, tamper))
+    assert "refused the evaluation of client 2" in capsys.readouterr().err
+    ref = _run_local(_local(3, 3), LocalGrid(3, tmp_path / "honest"))
+    assert [r["eval_rejected"] for r in got.metrics] == [0, 1, 0]
+    assert [r["eval_failed"] for r in got.metrics] == [0, 1, 0]
+    for a, b in zip(got.metrics, ref.metrics, strict=True):
+        assert a["train_loss"] == b["train_loss"] and a["up_bytes"] == b["up_bytes"]
+        if a["round"] != 1:
+            assert a["accuracy"] == b["accuracy"]
+    assert got.client_accuracy == ref.client_accuracy
+
+
+def test_a_node_claiming_a_live_client_is_refused(task_identity, tmp_path, capsys):
+    seen = []
+
+    def hijack(grid, message):
+        node = message.metadata.dst_node_id
+        seen.append((node, message.metadata.message_type))
+        if message.metadata.group_id == "1" and len(grid.contexts) == 3:
+            grid.add(0)  # a fourth node says it is client 0, whose node still answers
+
+    got = _run_local(_local(3, 3), LocalGrid(3, tmp_path, hijack))
+    assert "claims client 0, which node 1 holds; refused" in capsys.readouterr().err
+    # the claimant was asked who it is, and nothing else
+    assert [kind for node, kind in seen if node == 4] == ["query"]
+    ref = _run_local(_local(3, 3), LocalGrid(3, tmp_path / "honest"))
+    _equal(got, ref, (*KEYS, "down_bytes", "failed"))
+    assert got.client_accuracy == ref.client_accuracy
+
+
+def test_a_claim_is_granted_once_the_holder_is_gone(task_identity, tmp_path, capsys):
+    def hook(grid, message):
+        if message.metadata.group_id == "1" and len(grid.contexts) == 3:
+            grid.add(1)  # a second node for client 1 joins first ...
+        kind, node = message.metadata.message_type, message.metadata.dst_node_id
+        if kind == "evaluate" and message.metadata.group_id == "1" and node == 2:
+            grid.silent.add(2)  # ... then client 1's first node dies
+
+    got = _run_local(_local(3, 3), LocalGrid(3, tmp_path, hook))
+    err = capsys.readouterr().err
+    assert "claims client 1, which node 2 holds; refused" in err
+    assert "Flower node 4 takes over client 1" in err
+    assert [r["eval_failed"] for r in got.metrics] == [0, 1, 0]
+    assert got.client_accuracy[1] is not None

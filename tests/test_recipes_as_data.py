@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fedpart
-from fedpart.algorithms import ALGORITHMS
+from fedpart.algorithms import ALGORITHMS, holdout
 from fedpart.config import load_config
 from fedpart.engine import batched, context
 from fedpart.engine.recipe import (
@@ -62,6 +62,7 @@ def recorded(monkeypatch):
         return inner(model, start, got, data, client, rnd, got_settings, got_frozen)
 
     monkeypatch.setattr(context, "train_client", wire)
+    monkeypatch.setattr(holdout, "train_client", wire)
     return seen
 
 
