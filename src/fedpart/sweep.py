@@ -155,7 +155,8 @@ def cells_of(axes: Sequence[tuple[str, list[str]]]) -> list[Cell]:
 # ------------------------------------------------------------------------------- jobs
 @dataclass
 class Job:
-    """One run of a sweep: its cell, seed, overrides (fixed, swept, seed, output.dir), directory."""
+    """One run of a sweep: its cell, seed, overrides (fixed, swept, seed) and directory (the
+    run's ``output.dir``, set on its config as it is: see :func:`fedpart.api.run_into`)."""
 
     cell: str
     seed: int
@@ -191,9 +192,9 @@ def run_job(config: str, overrides: list[str], run_dir: str, quiet: bool = True)
 
             resume(rd, quiet=quiet)
         else:
-            from fedpart.api import run
+            from fedpart.api import run_into
 
-            run(config, overrides, quiet=quiet)
+            run_into(config, overrides, rd, quiet=quiet)
     except FedpartError as exc:
         return {"state": "failed", "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - any failure of one run is that run's result
@@ -502,7 +503,7 @@ def plan(
     for cell in cells:
         for seed in seeds:
             run_dir = path / cell.name / f"seed{seed}"
-            overrides = [*fixed, *cell.overrides, f"seed={seed}", f"output.dir={run_dir}"]
+            overrides = [*fixed, *cell.overrides, f"seed={seed}"]
             try:
                 cfg = base.with_overrides([*cell.overrides, f"seed={seed}"])
             except FedpartError as exc:
