@@ -56,7 +56,9 @@ BLOCK_LABELS = {
 
 # ------------------------------------------------------------------------------- the grid
 def split_values(text: str) -> list[str]:
-    """``v1,v2,...`` split at the commas that are not inside brackets or quotes.
+    """``v1,v2,...`` split at the commas that are not inside brackets or quotes, each value
+    stripped; a text without such a comma is one value, taken as written (as ``fedpart run``
+    takes it: a path keeps its spaces).
 
     ``partition.split=[0.75,0,0.25]`` therefore stays one value.
     """
@@ -74,7 +76,7 @@ def split_values(text: str) -> list[str]:
             values.append(text[start:i])
             start = i + 1
     values.append(text[start:])
-    return [v.strip() for v in values]
+    return [v.strip() for v in values] if len(values) > 1 else [text]
 
 
 def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -96,6 +98,11 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
             raise FedpartError(f"sweep: {key} is given twice; list its values once: {key}=a,b")
         if key == "seed":
             raise FedpartError("sweep: give the seeds with --seeds 0,1,2, not seed=...")
+        if key == "output.dir":
+            raise FedpartError(
+                "sweep: the runs go into <--out>/<cell>/seed<s>; give the folder with --out DIR, "
+                "not output.dir=..."
+            )
         axes.append((key, values))
     return axes
 
