@@ -111,6 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise FedpartError(
             f"--algorithms: unknown algorithm '{unknown[0]}'; valid choices: {', '.join(sorted(ALGORITHMS))}"
         )
+    output_path(base, stamp=args.stamp)  # a bad placeholder: named in the template as given
     out_template = (
         base.output.dir
         if _uses_field(base.output.dir, "algorithm")
