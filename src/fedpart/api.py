@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -80,6 +81,21 @@ def run(
     cfg = _as_config(config, overrides)
     sim = Simulation(cfg, run_dir=output_path(cfg) if write else None, quiet=quiet)
     return sim.run()
+
+
+def run_into(
+    config: Config | dict[str, Any] | str | os.PathLike,
+    overrides: list[str] | None,
+    run_dir: str | os.PathLike,
+    *,
+    quiet: bool = True,
+) -> Result:
+    """Run into ``run_dir`` exactly as given (``fedpart compare`` and ``fedpart sweep`` have
+    filled in its placeholders already: a brace in it is a brace); the run's config.yaml records
+    it as ``output.dir``. ``run_dir`` is set on the config, never parsed as an override."""
+    cfg = _as_config(config, overrides)
+    cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir=str(run_dir)))
+    return Simulation(cfg, run_dir=Path(run_dir), quiet=quiet).run()
 
 
 def in_memory(data: DatasetBundle | tuple | list) -> str:

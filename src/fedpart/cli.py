@@ -69,13 +69,27 @@ def _num(value: object) -> str:
 def _compare_job(config: str, overrides: list[str], run_dir: str) -> dict[str, object]:
     """One run of ``fedpart compare``, always from round 0 (a top-level function, so worker
     processes can run it); its outcome as :func:`fedpart.sweep.run_job` reports one."""
-    from fedpart.api import run
+    from fedpart.api import run_into
 
     try:
-        run(config, overrides, quiet=True)
+        run_into(config, overrides, run_dir, quiet=True)
     except FedpartError as exc:
         return {"state": "failed", "error": str(exc)}
     return {"state": "finished"}
+
+
+def _uses_field(template: str, field: str) -> bool:
+    """Whether the ``output.dir`` template fills in ``{field}`` (``{{field}}`` is a literal
+    ``{field}``); False for a template that does not parse (``output_path`` names the error)."""
+    import string
+
+    try:
+        return any(
+            name is not None and name.split(".")[0].split("[")[0] == field
+            for _, name, _, _ in string.Formatter().parse(template)
+        )
+    except ValueError:
+        return False
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -97,13 +111,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise FedpartError(
             f"--algorithms: unknown algorithm '{unknown[0]}'; valid choices: {', '.join(sorted(ALGORITHMS))}"
         )
+    output_path(base, stamp=args.stamp)  # a bad placeholder: named in the template as given
     out_template = (
-        base.output.dir if "{algorithm}" in base.output.dir else base.output.dir + "/{algorithm}"
+        base.output.dir
+        if _uses_field(base.output.dir, "algorithm")
+        else base.output.dir + "/{algorithm}"
     )
     jobs = []
     for name in names:
         out = output_path(base, out_template, algorithm=name, stamp=args.stamp)
-        cfg = base.with_overrides([f"algorithm.name={name}", f"output.dir={out}"])
+        # the run goes into ``out`` as it is (its braces filled in once, here): set, not parsed
+        cfg = base.with_overrides([f"algorithm.name={name}"])
         if not cfg.output.overwrite:
             RunDir(out).prepare(False)  # an occupied directory fails before any run starts
         jobs.append((name, cfg, out))
@@ -116,7 +134,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             name,
             cfg.seed,
             out,
-            [*args.overrides, f"algorithm.name={name}", f"output.dir={out}"],
+            [*args.overrides, f"algorithm.name={name}"],
             cfg.federation.rounds,
         )
         for name, cfg, out in jobs

@@ -56,7 +56,9 @@ BLOCK_LABELS = {
 
 # ------------------------------------------------------------------------------- the grid
 def split_values(text: str) -> list[str]:
-    """``v1,v2,...`` split at the commas that are not inside brackets or quotes.
+    """``v1,v2,...`` split at the commas that are not inside brackets or quotes, each value
+    stripped; a text without such a comma is one value, taken as written (as ``fedpart run``
+    takes it: a path keeps its spaces).
 
     ``partition.split=[0.75,0,0.25]`` therefore stays one value.
     """
@@ -74,7 +76,7 @@ def split_values(text: str) -> list[str]:
             values.append(text[start:i])
             start = i + 1
     values.append(text[start:])
-    return [v.strip() for v in values]
+    return [v.strip() for v in values] if len(values) > 1 else [text]
 
 
 def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -96,6 +98,11 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
             raise FedpartError(f"sweep: {key} is given twice; list its values once: {key}=a,b")
         if key == "seed":
             raise FedpartError("sweep: give the seeds with --seeds 0,1,2, not seed=...")
+        if key == "output.dir":
+            raise FedpartError(
+                "sweep: the runs go into <--out>/<cell>/seed<s>; give the folder with --out DIR, "
+                "not output.dir=..."
+            )
         axes.append((key, values))
     return axes
 
@@ -155,7 +162,8 @@ def cells_of(axes: Sequence[tuple[str, list[str]]]) -> list[Cell]:
 # ------------------------------------------------------------------------------- jobs
 @dataclass
 class Job:
-    """One run of a sweep: its cell, seed, overrides (fixed, swept, seed, output.dir), directory."""
+    """One run of a sweep: its cell, seed, overrides (fixed, swept, seed) and directory (the
+    run's ``output.dir``, set on its config as it is: see :func:`fedpart.api.run_into`)."""
 
     cell: str
     seed: int
@@ -191,9 +199,9 @@ def run_job(config: str, overrides: list[str], run_dir: str, quiet: bool = True)
 
             resume(rd, quiet=quiet)
         else:
-            from fedpart.api import run
+            from fedpart.api import run_into
 
-            run(config, overrides, quiet=quiet)
+            run_into(config, overrides, rd, quiet=quiet)
     except FedpartError as exc:
         return {"state": "failed", "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - any failure of one run is that run's result
@@ -502,7 +510,7 @@ def plan(
     for cell in cells:
         for seed in seeds:
             run_dir = path / cell.name / f"seed{seed}"
-            overrides = [*fixed, *cell.overrides, f"seed={seed}", f"output.dir={run_dir}"]
+            overrides = [*fixed, *cell.overrides, f"seed={seed}"]
             try:
                 cfg = base.with_overrides([*cell.overrides, f"seed={seed}"])
             except FedpartError as exc:
