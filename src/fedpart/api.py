@@ -6,6 +6,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,10 +154,25 @@ def resume(
         rd.release()
 
 
-def _resume_locked(rd: RunDir, overrides: list[str], quiet: bool) -> Result:
+def _resume_locked(
+    rd: RunDir,
+    overrides: list[str],
+    quiet: bool,
+    build: Callable[[Config, Path], Simulation] | None = None,
+    ready: Callable[[Simulation], None] | None = None,
+) -> Result:
+    """Continue the run in the locked directory ``rd``. ``build(cfg, path)`` makes the
+    simulation (default: a :class:`Simulation`) and ``ready(sim)``, when given, runs once its
+    state is restored and before anything in the directory changes (the Flower server
+    connects its nodes there)."""
     cfg, tensors, meta = read_checkpoint(rd, overrides)
-    sim = Simulation(cfg, run_dir=rd.path, quiet=quiet)
+    if build is None:
+        sim = Simulation(cfg, run_dir=rd.path, quiet=quiet)
+    else:
+        sim = build(cfg, rd.path)
     rows = restore(sim, rd, tensors, meta)
+    if ready is not None:
+        ready(sim)
     if not quiet:
         print(f"resuming with {engine_taken(cfg, overrides)} from {rd.path / 'config.yaml'}",
               file=sys.stderr)  # fmt: skip
