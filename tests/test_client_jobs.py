@@ -73,12 +73,13 @@ def test_a_width_sliced_start_state_changes_nothing():
 
 
 def test_flower_names_no_method_and_asks_the_method_what_it_cannot_do():
-    tree = ast.parse((ROOT / "src" / "fedpart" / "flower.py").read_text())
     names = {
         node.value
-        for node in ast.walk(tree)
+        for path in (ROOT / "src" / "fedpart" / "flower").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
+    assert "partition-id" in names  # the package's strings were read
     assert not names & set(ALGORITHMS), names & set(ALGORITHMS)
     reason = fedcmd(variant="code").algorithm.remote_limitation()
     assert reason is not None and "weight_deltas" in reason and "\n" not in reason
