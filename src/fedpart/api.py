@@ -149,12 +149,12 @@ def resume(
     rd = run_directory(run_dir)
     rd.acquire()
     try:
-        return _resume_locked(rd, list(overrides or []), quiet)
+        return resume_locked(rd, list(overrides or []), quiet)
     finally:
         rd.release()
 
 
-def _resume_locked(
+def resume_locked(
     rd: RunDir,
     overrides: list[str],
     quiet: bool,

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedpart.api import _resume_locked as resume_locked
+from fedpart.api import resume_locked
 from fedpart.config import Config, load_config
 from fedpart.engine.checkpoint import run_directory
 from fedpart.engine.simulation import Result
