@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     except FedpartError as exc:
         return _report(exc)
     if argv[:1] == ["bench"]:  # the harness parses its own options
-        from fedpart.bench.harness import main as bench_main
+        from fedpart.bench.cli import main as bench_main
 
         try:
             return bench_main(argv[1:])
