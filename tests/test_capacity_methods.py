@@ -11,7 +11,8 @@ from fedpart.config import Config, load_config
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
-from fedpart.models.width import kept_count, model_index_sets
+from fedpart.models.width import model_index_sets
+from fedpart.models.width_plan import kept_count
 from resume_check import assert_resume_bit_identical, run_quickstart_uniform
 
 

@@ -39,12 +39,8 @@ from fedpart.engine.recipe import LossTerm, Phase, Recipe
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
 from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
-from fedpart.models.factorized import (
-    DECOMPOSITIONS,
-    RANK_RULES,
-    FactorizedCNN,
-    offdiagonal_gram_penalty,
-)
+from fedpart.models.factorization import DECOMPOSITIONS, RANK_RULES, offdiagonal_gram_penalty
+from fedpart.models.factorized import FactorizedCNN
 from fedpart.models.width import holder_average
 from fedpart.seeding import torch_generator
 

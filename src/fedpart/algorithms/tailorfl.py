@@ -17,7 +17,7 @@ from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.training import batch_slices
 from fedpart.errors import ConfigError
-from fedpart.models.width import IndexSets, kept_count, width_plan
+from fedpart.models.width_plan import IndexSets, kept_count, width_plan
 from fedpart.seeding import torch_generator
 
 #: the ``algorithm`` seed stream's sub-key of the importance phase's batches
