@@ -48,7 +48,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default="src/fedpart")
     parser.add_argument("--window", type=int, default=6)
-    parser.add_argument("--list", action="store_true", help="print every duplicated window's places")
+    parser.add_argument(
+        "--list", action="store_true", help="print every duplicated window's places"
+    )
     args = parser.parse_args()
     dups = duplicated_windows(Path(args.root), args.window)
     if args.list:
