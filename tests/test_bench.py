@@ -23,7 +23,7 @@ from fedpart.bench.report import (
 from fedpart.bench.running import run_bench
 from fedpart.bench.workloads import VARIANT_KINDS, WORKLOADS, workload_config
 from fedpart.config import Config
-from fedpart.data.sources import load_dataset
+from fedpart.data import load_dataset
 from fedpart.engine.data import build_federated_data
 from fedpart.engine.simulation import Simulation
 from markdown_tables import tables as read_tables

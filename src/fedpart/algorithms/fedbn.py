@@ -25,7 +25,7 @@ def builds_batchnorm(cfg: Any, algo_cls: type[Algorithm]) -> bool:
     """Whether ``cfg``'s model, with the method's ``model_defaults``, has a BatchNorm layer
     (``fedpart compare`` leaves FedBN and FedAP out when it has none). A config that cannot
     build its model is left to the run to report."""
-    from fedpart.data.sources import DATASETS
+    from fedpart.data.registry import DATASETS
     from fedpart.engine.build import model_options
 
     info = DATASETS.get(cfg.dataset.name)

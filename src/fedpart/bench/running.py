@@ -31,7 +31,7 @@ from fedpart.bench.memory import (
 from fedpart.bench.ratios import batched_ratios, parallel_efficiency
 from fedpart.bench.workloads import WORKLOADS, BenchOptions, Workload, workload_config
 from fedpart.config import Config
-from fedpart.data.sources import DatasetBundle, load_dataset
+from fedpart.data import DatasetBundle, load_dataset
 from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.errors import FedpartError
 
