@@ -26,7 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from fedpart.config import Config, load_config
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
