@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.errors import ConfigError, FedpartError
 from fedpart.models import batchnorm_keys, build_model
+from fedpart.registry import register
 
 
 def require_batchnorm(algorithm: Algorithm) -> None:

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import option
 from fedpart.engine import method_state as saved
@@ -42,6 +41,7 @@ from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
 from fedpart.models.factorization import DECOMPOSITIONS, RANK_RULES, offdiagonal_gram_penalty
 from fedpart.models.factorized import FactorizedCNN
 from fedpart.models.width import holder_average
+from fedpart.registry import register
 from fedpart.seeding import torch_generator
 
 State = dict[str, torch.Tensor]

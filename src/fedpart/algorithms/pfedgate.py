@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine.recipe import Recipe
 from fedpart.models.base import BlockModel
 from fedpart.models.gated import SELECTIONS, GatedModel
+from fedpart.registry import register
 
 
 @dataclasses.dataclass
