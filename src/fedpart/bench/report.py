@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fedpart.bench.measure import WorkloadResult
+from fedpart.bench.measure import VariantResult, WorkloadResult
 from fedpart.bench.memory import MB, mb_text
 from fedpart.bench.ratios import gpu_targets, speed_ratio
 from fedpart.bench.workloads import BenchOptions, scale_target
@@ -104,7 +104,8 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}×"
 
 
-COLUMNS = [
+#: the columns every variant's table starts with: the variant and its times
+TIMING_COLUMNS = [
     "variant",
     "backend",
     "client-samples/round",
@@ -113,6 +114,10 @@ COLUMNS = [
     "eval s/round",
     "end-to-end s/round",
     "setup s",
+]
+
+COLUMNS = [
+    *TIMING_COLUMNS,
     "peak Δ RSS MB",
     "peak RSS MB",
     "train speed vs naive",
@@ -123,14 +128,7 @@ COLUMNS = [
 
 #: the columns of a workload on a GPU: GPU memory, and speed against the sequential backend
 DEVICE_COLUMNS = [
-    "variant",
-    "backend",
-    "client-samples/round",
-    "samples/s (train)",
-    "train s/round",
-    "eval s/round",
-    "end-to-end s/round",
-    "setup s",
+    *TIMING_COLUMNS,
     "peak Δ GPU MB",
     "round Δ GPU MB",
     "peak GPU MB",
@@ -162,6 +160,20 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return markdown_table(header, rows, rule=" --- ")
 
 
+def _timing_cells(v: VariantResult) -> list[str]:
+    """The cells of :data:`TIMING_COLUMNS` of a measured variant."""
+    return [
+        v.variant,
+        v.backend,
+        _num(v.samples_per_round, ",.0f"),
+        _num(v.samples_per_s, ",.0f"),
+        _num(v.train_s, ".3f"),
+        _num(v.eval_s, ".3f"),
+        _num(v.end_to_end_s, ".3f"),
+        _num(v.setup_s, ".2f"),
+    ]
+
+
 def workload_table(result: WorkloadResult) -> list[str]:
     by = {v.variant: v for v in result.variants if v.na is None}
     naive = by.get("naive")
@@ -176,14 +188,7 @@ def workload_table(result: WorkloadResult) -> list[str]:
         vs_ceiling = _ratio(v.samples_per_s, ceiling.samples_per_s) if ceiling else "—"
         rows.append(
             [
-                v.variant,
-                v.backend,
-                _num(v.samples_per_round, ",.0f"),
-                _num(v.samples_per_s, ",.0f"),
-                _num(v.train_s, ".3f"),
-                _num(v.eval_s, ".3f"),
-                _num(v.end_to_end_s, ".3f"),
-                _num(v.setup_s, ".2f"),
+                *_timing_cells(v),
                 _num(v.peak_delta_bytes / MB, ",.0f"),
                 _num(v.peak_bytes / MB, ",.0f"),
                 vs_naive,
@@ -210,14 +215,7 @@ def device_workload_table(result: WorkloadResult) -> list[str]:
             continue
         rows.append(
             [
-                v.variant,
-                v.backend,
-                _num(v.samples_per_round, ",.0f"),
-                _num(v.samples_per_s, ",.0f"),
-                _num(v.train_s, ".3f"),
-                _num(v.eval_s, ".3f"),
-                _num(v.end_to_end_s, ".3f"),
-                _num(v.setup_s, ".2f"),
+                *_timing_cells(v),
                 mb_text(v.gpu_peak_delta_bytes),
                 mb_text(v.gpu_round_bytes),
                 mb_text(v.gpu_peak_bytes),
@@ -276,6 +274,18 @@ DEVICE_LEGEND = (
 )
 
 
+def _heading(r: WorkloadResult) -> list[str]:
+    """A workload's section heading, then its description or why it was skipped."""
+    return ["", f"## {r.workload.name}", ""] + (
+        [f"skipped: {r.skipped}"] if r.skipped else [r.description, ""]
+    )
+
+
+def _notes(r: WorkloadResult) -> list[str]:
+    """A workload's notes as a list after a blank line (none: nothing)."""
+    return ["", *(f"- {n}" for n in r.notes)] if r.notes else []
+
+
 def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s: float) -> str:
     lines = ["# fedpart bench" + (f" on {opts.device}" if opts.on_gpu else ""), ""]
     lines += machine_info(opts.threads)
@@ -292,15 +302,11 @@ def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s:
         lines += ["", DEVICE_LEGEND, "", "## targets", ""]
         lines += targets_table(gpu_targets(results, opts.device))
         for r in results:
-            lines += ["", f"## {r.workload.name}", ""]
+            lines += _heading(r)
             if r.skipped:
-                lines.append(f"skipped: {r.skipped}")
                 continue
-            lines += [r.description, ""]
             lines += device_workload_table(r)
-            if r.notes:
-                lines.append("")
-                lines += [f"- {n}" for n in r.notes]
+            lines += _notes(r)
         return "\n".join(lines) + "\n"
     lines += [
         "",
@@ -315,11 +321,9 @@ def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s:
         "timed round (a check that every loop learns, not a result).",
     ]
     for r in results:
-        lines += ["", f"## {r.workload.name}", ""]
+        lines += _heading(r)
         if r.skipped:
-            lines.append(f"skipped: {r.skipped}")
             continue
-        lines += [r.description, ""]
         if r.scale is not None:
             lines += scale_table(r.scale)
             acc = r.scale.get("accuracy")
@@ -333,7 +337,5 @@ def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s:
             ]
             continue
         lines += workload_table(r)
-        if r.notes:
-            lines.append("")
-            lines += [f"- {n}" for n in r.notes]
+        lines += _notes(r)
     return "\n".join(lines) + "\n"
