@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import fedpart
-from fedpart.bench.harness import check_device
+from fedpart.bench.devices import check_device
 from fedpart.errors import FedpartError
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"

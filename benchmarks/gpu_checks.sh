@@ -26,7 +26,7 @@ step() {  # step SECONDS LOG COMMAND...: run with a limit, output to LOG and the
     echo "[gpu_checks] $log: $((SECONDS - t0)) s"
 }
 $py -c "
-from fedpart.bench.harness import check_device
+from fedpart.bench.devices import check_device
 from fedpart.errors import FedpartError
 try:
     check_device('cuda')

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from fedpart.bench.harness import WORKLOADS, BenchOptions, check_device, workload_config
+from fedpart.bench.devices import check_device
+from fedpart.bench.workloads import WORKLOADS, BenchOptions, workload_config
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import FedpartError
 

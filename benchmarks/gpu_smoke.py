@@ -29,7 +29,7 @@ FedAvgCNN; the methods chosen as ``fedpart compare`` chooses them, the capacity-
     ``fedpart run`` in a subprocess, killed with SIGKILL half-way through ``--kill-rounds``
     rounds, then ``fedpart run --resume``: equal, bit for bit, to the uninterrupted run.
 ``timing``
-    ``fedpart bench --device DEVICE`` (the harness's own code, :mod:`fedpart.bench.harness`): the
+    ``fedpart bench --device DEVICE`` (the harness's own code, :mod:`fedpart.bench`): the
     FedAvgCNN workloads with 100 clients on MNIST, sequential vs batched vs the ceiling, and the
     GPU targets.
 
@@ -63,7 +63,13 @@ from safetensors.torch import load_file
 import fedpart
 from fedpart.algorithms import ALGORITHMS
 from fedpart.api import output_path
-from fedpart.bench import harness
+from fedpart.bench.cli import parse_args as parse_bench_args
+from fedpart.bench.devices import check_device
+from fedpart.bench.ratios import gpu_targets
+from fedpart.bench.report import device_lines, machine_info
+from fedpart.bench.report import format_report as format_bench_report
+from fedpart.bench.running import run_bench
+from fedpart.bench.workloads import DEVICE_VARIANTS, DEVICE_WORKLOADS
 from fedpart.config import Config, load_config
 from fedpart.engine.loop import Observer, observers_for, run_loop
 from fedpart.engine.simulation import Simulation
@@ -621,13 +627,13 @@ def check_timing(smoke: Smoke) -> None:
     given = {a.split("=", 1)[0] for a in smoke.bench_args if a.startswith("--")}
     if smoke.on_cpu:  # what a GPU runs, so that the CPU self-check measures the same
         if "--variants" not in given:
-            argv += ["--variants", ",".join(harness.DEVICE_VARIANTS)]
+            argv += ["--variants", ",".join(DEVICE_VARIANTS)]
         if "--workloads" not in given:
-            argv += ["--workloads", ",".join(harness.DEVICE_WORKLOADS)]
+            argv += ["--workloads", ",".join(DEVICE_WORKLOADS)]
     argv += smoke.bench_args
     say(f"timing: fedpart bench {shlex.join(argv)} ...")
     try:
-        opts = harness.parse_args(argv)
+        opts = parse_bench_args(argv)
     except SystemExit:
         record(
             smoke,
@@ -636,13 +642,13 @@ def check_timing(smoke: Smoke) -> None:
         return
     t0 = time.perf_counter()
     try:
-        results = harness.run_bench(opts, lambda msg: say(f"timing: {msg}"))
+        results = run_bench(opts, lambda msg: say(f"timing: {msg}"))
     except Exception as exc:  # noqa: BLE001
         record(smoke, Outcome("timing", "fedpart bench", False, [], _error(exc)))
         return
     smoke.bench_results = results
-    smoke.bench_report = harness.format_report(opts, results, time.perf_counter() - t0)
-    smoke.targets = harness.gpu_targets(results, smoke.device)
+    smoke.bench_report = format_bench_report(opts, results, time.perf_counter() - t0)
+    smoke.targets = gpu_targets(results, smoke.device)
     skipped = [f"{r.workload.name}: {r.skipped}" for r in results if r.skipped]
     unmet = [t for t, _, met in smoke.targets if met == "no"]
     problems = list(skipped)
@@ -707,8 +713,8 @@ def format_report(smoke: Smoke) -> str:
             "meaningful on the CPU too. It holds no GPU numbers.",
             "",
         ]
-    lines += harness.machine_info(torch.get_num_threads())[:1]
-    lines += harness.device_lines(smoke.device, smoke.deterministic)
+    lines += machine_info(torch.get_num_threads())[:1]
+    lines += device_lines(smoke.device, smoke.deterministic)
     lines.append(f"- torch {torch.__version__}; Python {sys.version.split()[0]}")
     if smoke.determinism is not None:
         lines.append(
@@ -884,7 +890,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {what}", file=sys.stderr)
         return 2
     try:
-        device = harness.check_device(args.device)
+        device = check_device(args.device)
         base = load_config(args.config)
         methods = list(dict.fromkeys(args.methods or applicable_methods(base)))
         bad = [m for m in methods if m not in ALGORITHMS]

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedpart.data.sources import CINIC_CLASSES, EMNIST_SPLITS
+from fedpart.data.readers.idx import EMNIST_SPLITS
+from fedpart.data.readers.image_folders import CINIC_CLASSES
 
 Split = tuple[np.ndarray, np.ndarray]
 

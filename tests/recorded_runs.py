@@ -26,7 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from fedpart.config import Config, load_config
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -260,9 +261,10 @@ def scale_section() -> dict[str, Any]:
 
 def performance_scale1000(perturb: float = 0.0, rounds: int = ROUNDS) -> Rerun:
     """``fedpart bench``'s ``scale1000`` workload at one thread (``performance.md``), as
-    ``bench.harness.run_scale`` runs it: one round of the default backend, then the evaluation
+    ``bench.running.run_scale`` runs it: one round of the default backend, then the evaluation
     of every client. The accuracy is the mean over clients in %, printed to 0.01 points."""
-    from fedpart.bench.harness import MB, WORKLOADS, BenchOptions, workload_config
+    from fedpart.bench.memory import MB
+    from fedpart.bench.workloads import WORKLOADS, BenchOptions, workload_config
 
     want = scale_section()
     opts = BenchOptions(workloads=["scale1000"], data_root=str(DATA), threads=1)

@@ -10,7 +10,8 @@ import torch
 
 import fedpart
 from fedpart.config import Config
-from fedpart.engine.simulation import Simulation, resolve_backend
+from fedpart.engine.backends import resolve_backend
+from fedpart.engine.simulation import Simulation
 from fedpart.errors import FedpartError
 
 METHODS = [

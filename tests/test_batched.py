@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fedpart.config import Config
-from fedpart.data.sources import load_dataset
+from fedpart.data import load_dataset
 from fedpart.engine import batched_step
 from fedpart.engine.batched import can_batch, train_clients_batched
 from fedpart.engine.data import ClientData, FederatedData, build_federated_data

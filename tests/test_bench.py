@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import torch
 
-from fedpart.bench import harness
+from fedpart.bench.cli import main, parse_args
+from fedpart.bench.measure import VariantResult, WorkloadResult, measure_interleaved
+from fedpart.bench.memory import MB
 from fedpart.bench.naive import NaiveFederation, round_samples
+from fedpart.bench.ratios import batched_ratios, gpu_targets
+from fedpart.bench.report import (
+    COLUMNS,
+    DEVICE_COLUMNS,
+    SCALE_COLUMNS,
+    device_workload_table,
+    format_report,
+)
+from fedpart.bench.running import run_bench
+from fedpart.bench.workloads import VARIANT_KINDS, WORKLOADS, workload_config
 from fedpart.config import Config
-from fedpart.data.sources import load_dataset
+from fedpart.data import load_dataset
 from fedpart.engine.data import build_federated_data
 from fedpart.engine.simulation import Simulation
 from markdown_tables import tables as read_tables
@@ -56,7 +69,7 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert harness.main(argv) == 0
+    assert main(argv) == 0
     report = out.read_text()
     assert report == capsys.readouterr().out
     assert "fedpart bench --dataset digits" in report  # the exact command
@@ -76,7 +89,7 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
     assert "processes x2: end-to-end" in report and "parallel efficiency" in report
     assert "the best single-process variant" in report
     for row in rows.values():
-        assert list(row) == harness.COLUMNS
+        assert list(row) == COLUMNS
         for col in (
             "client-samples/round",
             "samples/s (train)",
@@ -98,7 +111,7 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
     assert rows["batched"]["backend"] == "batched"
 
     (scale,) = tables["scale1000"]
-    assert list(scale) == harness.SCALE_COLUMNS
+    assert list(scale) == SCALE_COLUMNS
     assert scale["clients"] == "40"
     for col in ("train s", "eval s (all clients)", "end-to-end s", "peak RSS MB"):
         assert _number(scale[col]) > 0
@@ -110,18 +123,18 @@ def test_bench_reports_batchnorm_as_not_batchable(tmp_path):
     from fixtures_data import write_mnist_fixture
 
     write_mnist_fixture(tmp_path, n_train=240, n_test=60)
-    opts = harness.parse_args(
+    opts = parse_args(
         ["--data-root", str(tmp_path), "--clients", "4", "--min-size", "20", "--repeats", "1"]
         + ["--workers", "0"]
         + ["--workloads", "lenet5"]
     )
-    (result,) = harness.run_bench(opts)
+    (result,) = run_bench(opts)
     assert result.skipped is None
     by = {v.variant: v for v in result.variants}
     assert by["batched"].na == "n/a (BatchNorm)"
     assert by["sequential"].samples_per_s > 0 and by["naive"].samples_per_s > 0
     assert by["naive"].samples_per_round == by["sequential"].samples_per_round
-    report = harness.format_report(opts, [result], 1.0)
+    report = format_report(opts, [result], 1.0)
     assert "| batched | n/a (BatchNorm) |" in report
 
 
@@ -168,7 +181,7 @@ def test_naive_does_the_engines_work(algorithm):
 
 
 def test_parse_args_rejects_unknown_workloads(capsys):
-    assert harness.main(["--workloads", "fedper,nope"]) == 2
+    assert main(["--workloads", "fedper,nope"]) == 2
     assert re.search(r"unknown workload\(s\) nope", capsys.readouterr().err)
 
 
@@ -190,7 +203,7 @@ def test_timed_rounds_are_interleaved_across_variants():
             return {"accuracy": 0.5}
 
     plan = [(name, lambda name=name: Fake(name)) for name in ("a", "b", "c")]
-    results = harness.measure_interleaved(plan, repeats=3)
+    results = measure_interleaved(plan, repeats=3)
     assert calls[:6] == [
         ("a", "setup", -1),
         ("a", "train", 0),
@@ -218,7 +231,9 @@ def test_bench_device_cuda_without_a_gpu_is_one_line_and_exit_2(monkeypatch, cap
     from fedpart.cli import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(harness, "run_bench", lambda *a, **k: pytest.fail("ran without a GPU"))
+    monkeypatch.setattr(
+        "fedpart.bench.cli.run_bench", lambda *a, **k: pytest.fail("ran without a GPU")
+    )
     assert main(["bench", "--device", "cuda", "--data-root", "/nonexistent"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -257,7 +272,7 @@ def test_bench_device_cuda_subprocess_has_no_traceback():
     ],
 )
 def test_bench_device_usage_errors(argv, message, capsys):
-    assert harness.main(argv) == 2
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
 
@@ -265,19 +280,16 @@ def test_bench_device_usage_errors(argv, message, capsys):
 def test_bench_device_defaults():
     """On a GPU: the FedAvgCNN workloads, the sequential, batched and ceiling variants, no
     worker processes; the engine's configs carry the device (and --deterministic when given)."""
-    opts = harness.parse_args(["--device", "cuda:1", "--deterministic", "false"])
+    opts = parse_args(["--device", "cuda:1", "--deterministic", "false"])
     assert opts.workloads == ["fedavg", "fedper", "fedrep", "dfedpgp"]
     assert opts.variants == ["sequential", "batched", "ceiling"] and opts.workers == []
-    cfg = harness.workload_config(harness.WORKLOADS["dfedpgp"], opts, "batched")
+    cfg = workload_config(WORKLOADS["dfedpgp"], opts, "batched")
     assert cfg.engine.device == "cuda:1" and cfg.engine.backend == "batched"
     assert cfg.engine.deterministic is False
-    cpu = harness.parse_args(["--workers", "0"])
-    assert cpu.device == "cpu" and cpu.variants == list(harness.VARIANT_KINDS)
-    assert cpu.workloads == list(harness.WORKLOADS)
-    assert (
-        harness.workload_config(harness.WORKLOADS["fedper"], cpu, "sequential").engine.device
-        == "cpu"
-    )
+    cpu = parse_args(["--workers", "0"])
+    assert cpu.device == "cpu" and cpu.variants == list(VARIANT_KINDS)
+    assert cpu.workloads == list(WORKLOADS)
+    assert workload_config(WORKLOADS["fedper"], cpu, "sequential").engine.device == "cpu"
 
 
 def test_bench_variants_on_the_cpu_with_the_batched_ratios(tmp_path):
@@ -286,11 +298,11 @@ def test_bench_variants_on_the_cpu_with_the_batched_ratios(tmp_path):
     out = tmp_path / "bench.md"
     argv = ["--dataset", "digits", "--clients", "6", "--min-size", "10", "--repeats", "1"]
     argv += ["--workloads", "fedper", "--variants", "ceiling,batched,sequential", "--out", str(out)]
-    assert harness.main(argv) == 0
+    assert main(argv) == 0
     report = out.read_text()
     rows = {r["variant"]: r for r in read_tables(report)["fedper"]}
     assert list(rows) == ["sequential", "batched", "ceiling"]
-    assert all(list(r) == harness.COLUMNS for r in rows.values())
+    assert all(list(r) == COLUMNS for r in rows.values())
     assert re.search(
         r"- batched / sequential: training throughput [\d.]+x, end-to-end [\d.]+x "
         r"\([\d.]+ s -> [\d.]+ s per round\); batched / ceiling: training throughput [\d.]+x",
@@ -307,7 +319,7 @@ def _variant(
     eval_free: bool = False,
     **kw,
 ):
-    return harness.VariantResult(
+    return VariantResult(
         name,
         backend=name,
         samples_per_round=1000,
@@ -316,7 +328,7 @@ def _variant(
         eval_s=None if eval_free else end_to_end_s - train_s,
         end_to_end_s=end_to_end_s,
         setup_s=0.1,
-        peak_bytes=500 * harness.MB,
+        peak_bytes=500 * MB,
         **kw,
     )
 
@@ -324,21 +336,21 @@ def _variant(
 def test_gpu_table_and_targets_from_measurements():
     """The GPU table (GPU memory, ratios against sequential and the ceiling) and the targets:
     FedPer batched >= 5x sequential, a 100-client DFedPGP round < 1 s."""
-    gpu_mem = {"gpu_peak_delta_bytes": 30 * harness.MB, "gpu_round_bytes": 12 * harness.MB}
-    fedper = harness.WorkloadResult(harness.WORKLOADS["fedper"], "FedPer", clients=100)
+    gpu_mem = {"gpu_peak_delta_bytes": 30 * MB, "gpu_round_bytes": 12 * MB}
+    fedper = WorkloadResult(WORKLOADS["fedper"], "FedPer", clients=100)
     fedper.variants = [
-        _variant("sequential", 1000, 1.0, 1.5, gpu_peak_bytes=80 * harness.MB, **gpu_mem),
-        _variant("batched", 6000, 1 / 6, 0.5, gpu_peak_bytes=90 * harness.MB, **gpu_mem),
+        _variant("sequential", 1000, 1.0, 1.5, gpu_peak_bytes=80 * MB, **gpu_mem),
+        _variant("batched", 6000, 1 / 6, 0.5, gpu_peak_bytes=90 * MB, **gpu_mem),
         _variant("ceiling", 12000, 1 / 12, 1 / 12, eval_free=True),
     ]
-    dfedpgp = harness.WorkloadResult(harness.WORKLOADS["dfedpgp"], "DFedPGP", clients=100)
+    dfedpgp = WorkloadResult(WORKLOADS["dfedpgp"], "DFedPGP", clients=100)
     dfedpgp.variants = [
         _variant("sequential", 1000, 4.0, 4.5),
         _variant("batched", 3000, 1.25, 1.4),
-        harness.VariantResult("ceiling", na="n/a (test)"),
+        VariantResult("ceiling", na="n/a (test)"),
     ]
-    table = harness.device_workload_table(fedper)
-    assert table[0] == "| " + " | ".join(harness.DEVICE_COLUMNS) + " |"
+    table = device_workload_table(fedper)
+    assert table[0] == "| " + " | ".join(DEVICE_COLUMNS) + " |"
     seq, bat, ceil = (read_tables("## t\n" + "\n".join(table))["t"][i] for i in range(3))
     assert (
         bat["train speed vs sequential"] == "6.00×" and bat["end-to-end vs sequential"] == "3.00×"
@@ -347,16 +359,16 @@ def test_gpu_table_and_targets_from_measurements():
     assert bat["peak Δ GPU MB"] == "30" and bat["round Δ GPU MB"] == "12"
     assert bat["peak GPU MB"] == "90" and ceil["peak GPU MB"] == "—"
     assert ceil["end-to-end vs sequential"] == "—" and ceil["eval s/round"] == "—"
-    assert harness.batched_ratios(fedper.variants) == [
+    assert batched_ratios(fedper.variants) == [
         "batched / sequential: training throughput 6.00x, end-to-end 3.00x (1.500 s -> 0.500 s "
         "per round); batched / ceiling: training throughput 0.50x"
     ]
-    targets = harness.gpu_targets([fedper, dfedpgp], "cuda")
+    targets = gpu_targets([fedper, dfedpgp], "cuda")
     assert [met for _, _, met in targets] == ["yes", "no"]
     assert targets[0][1] == "6.00x (1,000 -> 6,000 samples/s)"
     assert targets[1][1].startswith("1.250 s")
-    assert [met for _, _, met in harness.gpu_targets([fedper, dfedpgp], "cpu")] == ["not a GPU"] * 2
-    assert [m for _, _, m in harness.gpu_targets([], "cuda")] == ["not measured"] * 2
+    assert [met for _, _, met in gpu_targets([fedper, dfedpgp], "cpu")] == ["not a GPU"] * 2
+    assert [m for _, _, m in gpu_targets([], "cuda")] == ["not measured"] * 2
 
 
 def test_gpu_timers_synchronize_and_memory_is_reset_per_measurement(monkeypatch):
@@ -380,7 +392,7 @@ def test_gpu_timers_synchronize_and_memory_is_reset_per_measurement(monkeypatch)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *_a: mem["peak"])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     clock = iter(range(10_000))
-    monkeypatch.setattr(harness.time, "perf_counter", lambda: calls.append("clock") or next(clock))
+    monkeypatch.setattr(time, "perf_counter", lambda: calls.append("clock") or next(clock))
 
     class Fake:
         backend = "fake"
@@ -397,7 +409,7 @@ def test_gpu_timers_synchronize_and_memory_is_reset_per_measurement(monkeypatch)
             calls.append("eval")
             return {"accuracy": 0.5}
 
-    (result,) = harness.measure_interleaved([("v", Fake)], repeats=2, device=torch.device("cuda"))
+    (result,) = measure_interleaved([("v", Fake)], repeats=2, device=torch.device("cuda"))
     clocks = [i for i, c in enumerate(calls) if c == "clock"]
     assert clocks and all(calls[i - 1] == "sync" for i in clocks[1:]), calls
     assert calls.count("train") == 3 and calls.count("eval") == 3
@@ -424,7 +436,7 @@ def test_bench_runs_the_gpu_path_on_the_fake_cuda_device(monkeypatch, tmp_path):
     argv += ["--repeats", "1", "--workloads", "fedper", "--out", str(out)]
     with fake_cuda.torch_switches_kept(), fake_cuda.FakeCuda():
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: Props)
-        assert harness.main(argv) == 0
+        assert main(argv) == 0
     report = out.read_text()
     assert report.startswith("# fedpart bench on cuda")
     assert "- device: fake CUDA (CPU checker) (cuda:0), 80.0 GiB, compute capability 9.0" in report
@@ -432,7 +444,7 @@ def test_bench_runs_the_gpu_path_on_the_fake_cuda_device(monkeypatch, tmp_path):
     tables = read_tables(report)
     rows = {r["variant"]: r for r in tables["fedper"]}
     assert list(rows) == ["sequential", "batched", "ceiling"]
-    assert all(list(r) == harness.DEVICE_COLUMNS for r in rows.values())
+    assert all(list(r) == DEVICE_COLUMNS for r in rows.values())
     assert rows["batched"]["backend"] == "batched"
     assert rows["sequential"]["accuracy %"] == rows["batched"]["accuracy %"]
     assert len({r["client-samples/round"] for r in rows.values()}) == 1

@@ -12,7 +12,7 @@ from fedpart.cli import main
 from fedpart.config import Config
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.simulation import Simulation
-from fedpart.models.width import kept_count
+from fedpart.models.width_plan import kept_count
 from resume_check import assert_resume_bit_identical, run_quickstart_uniform
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"

@@ -11,7 +11,8 @@ from fedpart.config import Config, load_config
 from fedpart.engine.mixing import tensor_bytes
 from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
-from fedpart.models.width import kept_count, model_index_sets
+from fedpart.models.width import model_index_sets
+from fedpart.models.width_plan import kept_count
 from resume_check import assert_resume_bit_identical, run_quickstart_uniform
 
 
@@ -74,7 +75,7 @@ def test_a_client_never_receives_or_sends_more_than_its_width(tiny_cfg):
         if algo.width(c) < 1:
             assert own < full
     row = sim.run_round(0)
-    from fedpart.engine.simulation import sample_clients
+    from fedpart.engine.rounds import sample_clients
 
     part = sample_clients(sim.cfg.seed, 0, 6, sim.cfg.federation.join_ratio)
     expected = sum(tensor_bytes(algo.model_for(c).state_dict()) for c in part)

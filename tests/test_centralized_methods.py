@@ -8,7 +8,8 @@ from fedpart.algorithms import ALGORITHMS
 from fedpart.algorithms.fedseqlayer import unfrozen_blocks
 from fedpart.config import Config
 from fedpart.engine.cost import paper_cost_proxy, trainable_parameters
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
 from fedpart.models import build_model
 

@@ -17,7 +17,8 @@ from fedpart.algorithms import ALGORITHMS
 from fedpart.algorithms.base import Algorithm
 from fedpart.config import Config
 from fedpart.engine.mixing import tensor_bytes
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError, TrainingError
 
 SERVER_METHODS = sorted(n for n, c in ALGORITHMS.items() if c.setting != "decentralized")

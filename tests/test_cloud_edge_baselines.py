@@ -11,7 +11,8 @@ import fedpart
 from fedpart.algorithms.fedap import batchnorm_input_statistics, similarity_weights, wasserstein
 from fedpart.cli import main
 from fedpart.config import Config
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
 from fedpart.models.base import batchnorm_keys
 from resume_check import assert_resume_bit_identical

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedpart.data import DATASETS, load_dataset, resolve_root, sources
+from fedpart.data import DATASETS, load_dataset, resolve_root
 from fedpart.data import download as dl
+from fedpart.data.readers import files as reader_files
+from fedpart.data.readers import idx as idx_reader
 from fedpart.errors import ConfigError, DataError
 from fixtures_data import (
     CINIC_CLASSES,
@@ -38,7 +40,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 def _offline(monkeypatch, tmp_path):
     """No test may reach the network; no test may see a Debian-installed Fashion-MNIST."""
     monkeypatch.setenv("FEDPART_OFFLINE", "1")
-    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-fmnist")
+    monkeypatch.setattr(idx_reader, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-fmnist")
 
 
 def assert_split(x: torch.Tensor, y: torch.Tensor, expected, shape) -> None:
@@ -112,7 +114,7 @@ def test_mnist_fixture_roundtrip(tmp_path, gz):
 def test_fmnist_reads_debian_folder_when_root_lacks_it(tmp_path, monkeypatch):
     debian = tmp_path / "usr-share-datasets-fashion-mnist"
     expected = write_fmnist_fixture(tmp_path, 20, 10, folder=debian)
-    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", debian)
+    monkeypatch.setattr(idx_reader, "DEBIAN_FASHION_MNIST", debian)
     b = load_dataset("fmnist", tmp_path / "empty-root", download=False)
     assert_split(b.train_x, b.train_y, expected["train"], (1, 28, 28))
     assert b.mean == (0.2860,) and b.std == (0.3530,)
@@ -450,7 +452,7 @@ def test_only_missing_files_are_downloaded(tmp_path, monkeypatch):
         asked.append(Path(dest).name)
         raise dl.DownloadError("no network in tests")
 
-    monkeypatch.setattr(sources, "fetch", fake_fetch)
+    monkeypatch.setattr(reader_files, "fetch", fake_fetch)
     with pytest.raises(DataError, match="no network in tests"):
         load_dataset("svhn", tmp_path, download=True)
     assert asked == ["test_32x32.mat"]
@@ -460,7 +462,7 @@ def test_read_only_root_reports_instead_of_crashing(tmp_path, monkeypatch):
     def failing_fetch(url, dest, md5=None, **kw):
         raise PermissionError(13, "Permission denied", str(dest))
 
-    monkeypatch.setattr(sources, "fetch", failing_fetch)
+    monkeypatch.setattr(reader_files, "fetch", failing_fetch)
     with pytest.raises(DataError, match="download failed: .*Permission denied"):
         load_dataset("pathmnist", tmp_path, download=True)
 

@@ -6,7 +6,8 @@ import torch
 import fedpart
 from fedpart.config import Config
 from fedpart.engine.mixing import mix, weighted_average
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 from fedpart.errors import TrainingError
 from resume_check import assert_resume_bit_identical
 

@@ -6,7 +6,8 @@ import torch
 from fedpart.config import Config
 from fedpart.engine.backends import BACKENDS, Delivered, make_backend
 from fedpart.engine.loop import Observer, run_loop
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 
 
 class Recorder(Observer):

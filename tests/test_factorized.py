@@ -8,15 +8,13 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedpart.models import build_model
-from fedpart.models.factorized import (
+from fedpart.models.factorization import (
     Factorization,
-    FactorizedCNN,
-    FactorizedConv2d,
-    FactorizedLinear,
     flanc_eq5_ranks,
     offdiagonal_gram_penalty,
     pa3dfl_ranks,
 )
+from fedpart.models.factorized import FactorizedCNN, FactorizedConv2d, FactorizedLinear
 from fedpart.models.width import (
     embed_state,
     holder_average,

@@ -22,7 +22,8 @@ from fedpart.algorithms.fedcmd import (
 )
 from fedpart.config import Config
 from fedpart.engine.mixing import normalize_rows, tensor_bytes
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 from fedpart.errors import ConfigError
 from fedpart.models.base import batchnorm_keys
 from resume_check import assert_resume_bit_identical

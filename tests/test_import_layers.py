@@ -34,7 +34,7 @@ def test_the_layers_below_the_engine_do_not_import_it():
     engine (the engine uses them, never the other way)."""
     below = [SRC / "config.py", SRC / "seeding.py", SRC / "errors.py", SRC / "registry.py"]
     for folder in ("topology", "data", "models", "tracking"):
-        below += sorted((SRC / folder).glob("*.py"))
+        below += sorted((SRC / folder).rglob("*.py"))
     for path in below:
         bad = {m for m in imported_modules(path) if m.split(".")[:2] == ["fedpart", "engine"]}
         assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}"

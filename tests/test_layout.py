@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import fedpart
 from fedpart.config import Config
-from fedpart.engine.simulation import channels_last
+from fedpart.engine.build import channels_last
 from fedpart.errors import ConfigError
 from fedpart.models import build_model
 

@@ -335,7 +335,7 @@ def _bench_script(name: str):  # noqa: ANN202 - a module
 def test_decompositions_script_reads_a_weight_in_either_layout(kind, kernel):
     """``decompositions.py``'s ``to_columns`` inverts ``compose``'s reshape for both layouts, at
     the full width and at a narrowed one."""
-    from fedpart.models.factorized import Factorization
+    from fedpart.models.factorization import Factorization
 
     script = _bench_script("decompositions")
     torch.manual_seed(0)

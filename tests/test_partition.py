@@ -210,7 +210,7 @@ def test_skew_bounds():
 
 def test_pool_size_partitions_a_seeded_subset(tmp_path):
     from fedpart.config import Config
-    from fedpart.data.sources import load_dataset
+    from fedpart.data import load_dataset
     from fedpart.engine.data import build_federated_data
     from fedpart.errors import ConfigError
 

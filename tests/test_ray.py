@@ -89,7 +89,7 @@ def test_data_pool_copied_to_a_device(tiny_cfg):
     import torch
 
     from fedpart.config import Config
-    from fedpart.data.sources import load_dataset
+    from fedpart.data import load_dataset
     from fedpart.engine.data import build_federated_data
     from fedpart.engine.ray_backend import data_on
 

@@ -306,7 +306,7 @@ def test_the_last_two_checkpoints_are_kept(cfg, tmp_path):
 
 def test_every_algorithm_option_round_trips_through_the_run_config():
     from fedpart.algorithms import ALGORITHMS
-    from fedpart.engine.simulation import resolved_options
+    from fedpart.engine.build import resolved_options
 
     for name, cls in ALGORITHMS.items():
         options = cls.parse_options({})

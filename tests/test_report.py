@@ -12,7 +12,7 @@ from fedpart.report import (
     report,
     write_report,
 )
-from fedpart.report.compare import run_styles
+from fedpart.report.plots import run_styles
 
 
 def make_run(root, name, algorithm, accs, *, global_acc=None, clients=True, final_stage=None):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedpart.data.sources import load_dataset
+from fedpart.data import load_dataset
 from fedpart.data.transforms import prepare_batch
 from fedpart.errors import ConfigError, DataError
 

@@ -9,7 +9,7 @@ import torch
 import fedpart
 from fedpart.algorithms.uapdfl import client_dropout, divergence, similar
 from fedpart.config import Config
-from fedpart.data.sources import load_dataset
+from fedpart.data import load_dataset
 from fedpart.engine.data import ClientData, FederatedData
 from fedpart.engine.decentralized import Exchange, keys_bytes
 from fedpart.engine.mixing import weighted_average

@@ -17,8 +17,8 @@ from fedpart.models.width import (
     narrow_model,
     slice_state,
     submodel_state,
-    width_plan,
 )
+from fedpart.models.width_plan import width_plan
 
 
 def build(name: str, shape: tuple[int, ...], classes: int = 10, **options) -> BlockModel:

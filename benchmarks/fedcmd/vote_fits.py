@@ -24,7 +24,8 @@ import yaml
 from fedpart.config import Config
 from fedpart.engine.functional import call_method
 from fedpart.engine.layer_selection import gaussian, transfer_scores, w2_gaussian
-from fedpart.engine.simulation import Simulation, sample_clients
+from fedpart.engine.rounds import sample_clients
+from fedpart.engine.simulation import Simulation
 from fedpart.tracking.run_dir import RunDir
 
 

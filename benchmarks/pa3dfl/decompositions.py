@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fedpart.models.factorized import Factorization, FactorizedCNN
+from fedpart.models.factorization import Factorization
+from fedpart.models.factorized import FactorizedCNN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_tables import accuracy_on, report_with_notes, restored_run, run_parser  # noqa: E402

@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from fedpart.algorithms.tailorfl import filter_magnitude, top_filters
-from fedpart.models.width import kept_count, narrow_model, slice_state
+from fedpart.models.width import narrow_model, slice_state
+from fedpart.models.width_plan import kept_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_tables import accuracy_on, report_with_notes, restored_run, run_parser  # noqa: E402

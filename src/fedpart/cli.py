@@ -195,7 +195,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from fedpart.data.partition import PARTITIONS
-    from fedpart.data.sources import DATASETS
+    from fedpart.data.registry import DATASETS
     from fedpart.models import MODELS
     from fedpart.registry import methods
 
@@ -240,7 +240,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_partition(args: argparse.Namespace) -> int:
     from fedpart.config import load_config
     from fedpart.data.partition import describe_partition, plot_label_matrix
-    from fedpart.data.sources import load_dataset
+    from fedpart.data.registry import load_dataset
     from fedpart.engine.data import build_federated_data
 
     cfg = load_config(args.config, args.overrides)
@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     except FedpartError as exc:
         return _report(exc)
     if argv[:1] == ["bench"]:  # the harness parses its own options
-        from fedpart.bench.harness import main as bench_main
+        from fedpart.bench.cli import main as bench_main
 
         try:
             return bench_main(argv[1:])

@@ -539,7 +539,7 @@ PARTICIPANT_PROTOCOLS = ("none", "before", "after", "both")
 def validate(cfg: Config) -> None:
     """Check ranges, registry names and method/dataset/model options; raise ConfigError."""
     from fedpart.data.partition import PARTITIONS
-    from fedpart.data.sources import DATASETS
+    from fedpart.data.registry import DATASETS
     from fedpart.models import MODELS
     from fedpart.registry import lookup, methods
 

@@ -22,6 +22,7 @@ from fedpart.engine.width_cost import (
     pfedgate_cost,
 )
 from fedpart.errors import FedpartError
+from fedpart.formatting import markdown_table
 
 __all__ = ["COST_KINDS", "CostRequest", "cost_lines", "request_from"]
 
@@ -165,14 +166,7 @@ def _paper(kind: str, p: float, batch: int, variant: str) -> str:
 
 def cost_lines(req: CostRequest) -> list[str]:
     """The report: one markdown row per (method, width)."""
-    lines = [
-        f"Pa3dFL CNN ({req.variant}), batch {req.batch_size}: one client's forward FLOPs "
-        f"(multiply-adds ×10⁷), model size (body, ×10⁻¹ MiB) and peak training memory (MiB, "
-        f"measured on this CPU); paper: Tables 2 and 8 (FLOPs / size / GPU memory)",
-        "",
-        "| method | r | p | FLOPs ×10⁷ | size ×10⁻¹ MiB | peak memory MiB | paper |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for name in req.methods:
         kind = COST_KINDS[name]
         for p in req.widths:
@@ -181,11 +175,25 @@ def cost_lines(req: CostRequest) -> list[str]:
                 continue
             mem = f"{c.peak_mib:.1f}" if c.peak_mib is not None else "-"
             r = p * p
-            lines.append(
-                f"| {name} | {_ratio(r)} | {_ratio(p)} | {c.forward_macs / 1e7:.2f} | "
-                f"{c.size_mib * 10:.3g} | {mem} | {_paper(kind, p, req.batch_size, req.variant)} |"
+            rows.append(
+                [
+                    name,
+                    _ratio(r),
+                    _ratio(p),
+                    f"{c.forward_macs / 1e7:.2f}",
+                    f"{c.size_mib * 10:.3g}",
+                    mem,
+                    _paper(kind, p, req.batch_size, req.variant),
+                ]
             )
-    return lines
+    header = ["method", "r", "p", "FLOPs ×10⁷", "size ×10⁻¹ MiB", "peak memory MiB", "paper"]
+    return [
+        f"Pa3dFL CNN ({req.variant}), batch {req.batch_size}: one client's forward FLOPs "
+        f"(multiply-adds ×10⁷), model size (body, ×10⁻¹ MiB) and peak training memory (MiB, "
+        f"measured on this CPU); paper: Tables 2 and 8 (FLOPs / size / GPU memory)",
+        "",
+        *markdown_table(header, rows),
+    ]
 
 
 def _ratio(x: float) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpart.errors import FedpartError
-from fedpart.report.compare import FINAL_STAGE_NOTE, has_final_stage
+from fedpart.report.tables import FINAL_STAGE_NOTE, has_final_stage
 
 MANIFEST = "sweep.json"
 #: the accuracy-like blocks of ``summary.json`` a sweep table aggregates, in column order

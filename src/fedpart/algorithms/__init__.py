@@ -32,6 +32,6 @@ from fedpart.algorithms import (  # noqa: F401 - registration
     uapdfl,
 )
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import ALGORITHMS, register
+from fedpart.registry import ALGORITHMS, register
 
 __all__ = ["ALGORITHMS", "Algorithm", "register"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from fedpart.algorithms.decentralized import Decentralized
-from fedpart.algorithms.registry import register
+from fedpart.registry import register
 
 
 @register

@@ -20,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 
 from fedpart.algorithms.decentralized import PushSum
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine.recipe import Recipe, head_then_body
+from fedpart.registry import register
 
 
 @register

@@ -48,11 +48,11 @@ from torch.func import functional_call
 
 from fedpart.algorithms.base import State
 from fedpart.algorithms.decentralized import Decentralized
-from fedpart.algorithms.registry import register
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import Recipe, bind, cross_entropy, recipe_function
 from fedpart.engine.training import TrainResult, batch_slices
+from fedpart.registry import register
 from fedpart.seeding import torch_generator
 from fedpart.topology import Graph
 

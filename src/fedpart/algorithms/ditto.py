@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import torch
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
+from fedpart.registry import register
 
 
 @dataclass

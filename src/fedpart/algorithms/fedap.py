@@ -13,7 +13,6 @@ from torch.func import functional_call
 
 from fedpart.algorithms.fedbn import LocalBatchNorm
 from fedpart.algorithms.holdout import split_train, train_on
-from fedpart.algorithms.registry import register
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixers import warmup_rounds
@@ -22,6 +21,7 @@ from fedpart.engine.recipe import Phase, Recipe
 from fedpart.engine.rounds import sample_clients
 from fedpart.engine.training import TrainResult
 from fedpart.errors import DataError
+from fedpart.registry import register
 
 State = dict[str, torch.Tensor]
 

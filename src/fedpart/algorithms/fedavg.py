@@ -1,7 +1,7 @@
 """FedAvg (McMahan et al., 2017): every block shared, data-size-weighted averaging."""
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
+from fedpart.registry import register
 
 
 @register

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.errors import ConfigError, FedpartError
 from fedpart.models import batchnorm_keys, build_model
+from fedpart.registry import register
 
 
 def require_batchnorm(algorithm: Algorithm) -> None:
@@ -25,7 +25,7 @@ def builds_batchnorm(cfg: Any, algo_cls: type[Algorithm]) -> bool:
     """Whether ``cfg``'s model, with the method's ``model_defaults``, has a BatchNorm layer
     (``fedpart compare`` leaves FedBN and FedAP out when it has none). A config that cannot
     build its model is left to the run to report."""
-    from fedpart.data.sources import DATASETS
+    from fedpart.data.registry import DATASETS
     from fedpart.engine.build import model_options
 
     info = DATASETS.get(cfg.dataset.name)

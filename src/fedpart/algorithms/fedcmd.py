@@ -27,7 +27,6 @@ from typing import Any
 import torch
 
 from fedpart.algorithms.base import Algorithm, State
-from fedpart.algorithms.registry import register
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.functional import call_method
@@ -55,6 +54,7 @@ from fedpart.engine.mixers import (
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import Observer, Recipe, bind
 from fedpart.errors import ConfigError, FedpartError
+from fedpart.registry import register
 
 VARIANTS = ("paper", "code")
 #: every switch, with its value under variant=paper and variant=code (spec §2.5)

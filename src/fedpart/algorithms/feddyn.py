@@ -10,10 +10,10 @@ from typing import Any
 import torch
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, bind, proximal, recipe_function
+from fedpart.registry import register
 
 State = dict[str, torch.Tensor]
 

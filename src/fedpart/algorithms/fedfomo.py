@@ -10,11 +10,11 @@ import torch
 
 from fedpart.algorithms.base import Algorithm
 from fedpart.algorithms.holdout import mean_loss, split_train, train_on
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixing import mix_states, normalize_rows, tensor_bytes
 from fedpart.engine.training import ClientJob
+from fedpart.registry import register
 
 State = dict[str, torch.Tensor]
 

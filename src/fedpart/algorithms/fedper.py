@@ -1,7 +1,7 @@
 """FedPer (Arivazhagan et al., 2019): shared body, personal head, trained jointly."""
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
+from fedpart.registry import register
 
 
 @register

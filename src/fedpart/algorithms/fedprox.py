@@ -3,9 +3,9 @@
 from dataclasses import dataclass
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
+from fedpart.registry import register
 
 
 @dataclass

@@ -3,9 +3,9 @@
 from dataclasses import dataclass
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine.recipe import Recipe, head_then_body
+from fedpart.registry import register
 
 
 @dataclass

@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.engine.functional import call_method
 from fedpart.engine.recipe import Recipe, bind, recipe_function
 from fedpart.models import BlockModel
+from fedpart.registry import register
 
 
 class TwoHeadModel(BlockModel):

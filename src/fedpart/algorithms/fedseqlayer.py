@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.errors import ConfigError
+from fedpart.registry import register
 
 MODES = ("vanilla", "anti", "all")
 

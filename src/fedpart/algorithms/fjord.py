@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import fraction, option
 from fedpart.engine.recipe import Recipe
 from fedpart.models.width import model_index_sets, slice_state
+from fedpart.registry import register
 from fedpart.seeding import torch_generator
 
 #: the ``algorithm`` seed stream's sub-key of Fjord's width draws

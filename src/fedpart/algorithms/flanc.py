@@ -10,7 +10,6 @@ import torch
 
 from fedpart.algorithms.base import State
 from fedpart.algorithms.pa3dfl import block_p_min, factorized_model
-from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import option
 from fedpart.engine import method_state as saved
@@ -20,6 +19,7 @@ from fedpart.errors import ConfigError
 from fedpart.models.base import BlockModel
 from fedpart.models.factorized import FactorizedCNN
 from fedpart.models.width import slice_state
+from fedpart.registry import register
 from fedpart.seeding import torch_generator
 
 BASIS_INITS = ("orthonormal", "scaled")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import option
+from fedpart.registry import register
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """LG-FedAvg (Liang et al., 2020): local representations, global head."""
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
+from fedpart.registry import register
 
 
 @register

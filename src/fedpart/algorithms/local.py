@@ -1,7 +1,7 @@
 """Local: every client trains alone; nothing is communicated."""
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
+from fedpart.registry import register
 
 
 @register

@@ -9,8 +9,8 @@ simulation is synchronous (a one-round delay of the overlap variant is not model
 from __future__ import annotations
 
 from fedpart.algorithms.decentralized import PushSum
-from fedpart.algorithms.registry import register
 from fedpart.engine.recipe import Phase, Recipe
+from fedpart.registry import register
 
 
 @register

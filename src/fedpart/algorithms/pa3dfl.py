@@ -18,7 +18,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedpart.algorithms.registry import register
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import option
 from fedpart.engine import method_state as saved
@@ -38,13 +37,10 @@ from fedpart.engine.recipe import LossTerm, Phase, Recipe, bind, recipe_function
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
 from fedpart.models.cnn import PA3DFL_VARIANTS, FedAvgCNN, Pa3dFLCNN
-from fedpart.models.factorized import (
-    DECOMPOSITIONS,
-    RANK_RULES,
-    FactorizedCNN,
-    offdiagonal_gram_penalty,
-)
+from fedpart.models.factorization import DECOMPOSITIONS, RANK_RULES, offdiagonal_gram_penalty
+from fedpart.models.factorized import FactorizedCNN
 from fedpart.models.width import holder_average
+from fedpart.registry import register
 from fedpart.seeding import torch_generator
 
 State = dict[str, torch.Tensor]

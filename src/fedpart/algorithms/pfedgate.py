@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine.recipe import Recipe, bind, recipe_function
 from fedpart.models.base import BlockModel
 from fedpart.models.gated import SELECTIONS, GatedModel
+from fedpart.registry import register
 
 
 @dataclasses.dataclass

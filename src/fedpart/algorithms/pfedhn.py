@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.hypernetwork import (
@@ -19,6 +18,7 @@ from fedpart.engine.hypernetwork import (
     hypernetwork_seed,
     step_on_uploads,
 )
+from fedpart.registry import register
 
 State = dict[str, torch.Tensor]
 

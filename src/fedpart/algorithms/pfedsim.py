@@ -9,13 +9,13 @@ from typing import Any
 import torch
 
 from fedpart.algorithms.base import Algorithm
-from fedpart.algorithms.registry import register
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
 from fedpart.engine.mixers import SimilarityMixer, warmup_rounds
 from fedpart.engine.mixing import normalize_rows
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
+from fedpart.registry import register
 
 State = dict[str, torch.Tensor]
 

@@ -29,7 +29,6 @@ from torch.func import functional_call
 
 from fedpart.algorithms.base import State
 from fedpart.algorithms.decentralized import Decentralized
-from fedpart.algorithms.registry import register
 from fedpart.config import option
 from fedpart.engine import method_state as saved
 from fedpart.engine.decentralized import keys_bytes
@@ -37,6 +36,7 @@ from fedpart.engine.functional import call_method, features
 from fedpart.engine.mixing import weighted_average
 from fedpart.engine.recipe import LossTerm, Phase, Recipe
 from fedpart.errors import ConfigError
+from fedpart.registry import register
 from fedpart.seeding import numpy_rng
 from fedpart.topology import Graph
 

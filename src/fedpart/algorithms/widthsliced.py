@@ -22,14 +22,13 @@ from fedpart.algorithms.base import Algorithm, State
 from fedpart.engine import method_state as saved
 from fedpart.engine.training import ClientJob
 from fedpart.models.width import (
-    IndexSets,
     embed_state,
     holder_average,
     model_index_sets,
     narrow_model,
     slice_state,
-    width_plan,
 )
+from fedpart.models.width_plan import IndexSets, width_plan
 
 
 def scale_outputs(model: nn.Module, reference: nn.Module, p: float) -> None:

@@ -38,8 +38,9 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedpart.config import Config
+from fedpart.engine.build import channels_last
 from fedpart.engine.data import FederatedData
-from fedpart.engine.simulation import channels_last, sample_clients
+from fedpart.engine.rounds import sample_clients
 from fedpart.models import BlockModel, build_model
 from fedpart.seeding import seed_for
 from fedpart.topology import Topology

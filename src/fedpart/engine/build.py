@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fedpart.config import Config
-from fedpart.data.sources import load_dataset
+from fedpart.data import load_dataset
 from fedpart.engine.capacity import CapacityProfile, capacity_profile, narrow_for_capacity
 from fedpart.engine.data import FederatedData, build_federated_data
 from fedpart.engine.placement import configure_device, eval_batch_size

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from fedpart.config import Config
+from fedpart.data import DatasetBundle
 from fedpart.data.partition import assign_test_like_train, partition, split_clients
-from fedpart.data.sources import DatasetBundle
 from fedpart.data.transforms import prepare_batch
 from fedpart.errors import ConfigError
 from fedpart.seeding import numpy_rng

@@ -43,7 +43,7 @@ from fedpart.engine.hypernetwork_model import (
     HyperNetwork,
 )
 from fedpart.engine.hypernetwork_step import HyperStep, hn_metrics, hypernetwork_step
-from fedpart.models.width import IndexSets
+from fedpart.models.width_plan import IndexSets
 from fedpart.seeding import seed_for
 
 __all__ = [

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from fedpart.models.width import IndexSets, slice_state
+from fedpart.models.width import slice_state
+from fedpart.models.width_plan import IndexSets
 
 __all__ = ["DECODER_INITS", "EMBED_INITS", "ENCODER_INITS", "SIMILARITIES", "HyperNetwork"]
 

@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from fedpart.engine.hypernetwork_model import HyperNetwork
-from fedpart.models.width import IndexSets, embed_state, index_masks, slice_state
+from fedpart.models.width import embed_state, index_masks, slice_state
+from fedpart.models.width_plan import IndexSets
 
 __all__ = ["LIMIT_TRIES", "HyperStep", "hn_metrics", "hypernetwork_step"]
 

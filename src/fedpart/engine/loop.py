@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from fedpart.config import Config, dump_config
 from fedpart.engine.build import model_options, plain
 from fedpart.tracking.faults import crash, crash_point
-from fedpart.tracking.run_dir import RunDir, summarize
+from fedpart.tracking.metrics import summarize
+from fedpart.tracking.run_dir import RunDir
 
 Row = dict[str, Any]
 

@@ -24,25 +24,12 @@ import torch
 
 from fedpart.config import Config
 from fedpart.engine import build, checkpoint, evaluation, loop, rounds
-from fedpart.engine.backends import (  # noqa: F401 - the names' former home
-    PARALLEL_MIN_CLIENT_MACS,
-    PARALLEL_MIN_MACS,
-    Backend,
-    make_backend,
-    resolve_backend,
-    round_macs,
-)
-from fedpart.engine.build import (  # noqa: F401 - the names' former home
-    channels_last,
-    model_options,
-    resolved_options,
-)
-from fedpart.engine.checkpoint import CHECKPOINT_FORMAT  # noqa: F401
+from fedpart.engine.backends import Backend, make_backend, resolve_backend
 from fedpart.engine.context import MethodContext
 from fedpart.engine.data import FederatedData
-from fedpart.engine.loop import PROTOCOL_DOCS, Result  # noqa: F401
+from fedpart.engine.loop import Result
 from fedpart.engine.recipe import Phase, Recipe
-from fedpart.engine.rounds import MacCounters, sample_clients  # noqa: F401
+from fedpart.engine.rounds import MacCounters
 from fedpart.engine.training import TrainResult, TrainSettings
 from fedpart.models import BlockModel
 from fedpart.tracking.run_dir import RunDir

@@ -52,7 +52,8 @@ from fedpart.engine.width_cost_tables import (
 )
 from fedpart.models.base import BlockModel
 from fedpart.models.cnn import Pa3dFLCNN
-from fedpart.models.factorized import DEFAULT_P_MIN, FactorizedCNN
+from fedpart.models.factorization import DEFAULT_P_MIN
+from fedpart.models.factorized import FactorizedCNN
 from fedpart.models.width import narrow_model
 
 __all__ = [

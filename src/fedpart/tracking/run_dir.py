@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -21,10 +20,9 @@ from safetensors.torch import load_file, save_file
 
 from fedpart.errors import FedpartError
 from fedpart.tracking.faults import crash, crash_point
+from fedpart.tracking.metrics import MetricsLineError, parse_metrics
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoint")
-#: per-round metrics of ``evaluation.participants`` (FL-bench's protocol)
-PARTICIPANT_METRICS = ("participants_accuracy_before", "participants_accuracy_after")
 
 
 class DamagedCheckpointError(Exception):
@@ -141,21 +139,14 @@ class RunDir:
         path = self.path / "metrics.jsonl"
         if not path.is_file():
             return [], None
-        data = path.read_bytes()
-        lines = data.split(b"\n")
-        if lines and lines[-1] != b"":
-            lines = lines[:-1]  # no newline after it: a write that did not finish
         rows: list[dict[str, Any]] = []
-        for lineno, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except ValueError:
-                return rows, lineno
-            if not isinstance(row, dict) or not _is_count(row.get("round")):
-                return rows, lineno
-            rows.append(row)
+        try:
+            for lineno, row in parse_metrics(path.read_bytes()):
+                if not isinstance(row, dict) or not _is_count(row.get("round")):
+                    return rows, lineno
+                rows.append(row)
+        except MetricsLineError as exc:
+            return rows, exc.line
         return rows, None
 
     # ------------------------------------------------------------ checkpoints
@@ -383,68 +374,3 @@ def _write_synced(path: Path, mode: str, data: bytes, torn_point: str) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-
-
-def _stats(rows: list[dict[str, Any]], key: str, last_k: int) -> dict[str, Any]:
-    values = [(r["round"], r[key]) for r in rows if r.get(key) is not None]
-    if not values:
-        return {"final": None, "best": None, "best_round": None, f"last{last_k}_mean": None}
-    best_round, best = max(values, key=lambda rv: (rv[1], -rv[0]))
-    tail = [v for _, v in values[-last_k:]]
-    return {
-        "final": values[-1][1],
-        "best": best,
-        "best_round": best_round,
-        f"last{last_k}_mean": sum(tail) / len(tail),
-    }
-
-
-def summarize(
-    rows: list[dict[str, Any]],
-    final_row: dict[str, Any] | None,
-    *,
-    algorithm: str,
-    dataset: str,
-    num_clients: int,
-    rounds_completed: int,
-    wall_seconds: float,
-    last_k: int = 10,
-    protocols: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The ``summary.json`` object from the per-round rows.
-
-    ``final`` is the accuracy after the run ends (after fine-tuning for methods that fine-tune);
-    ``best``/``best_round``/``last10_mean`` are over the evaluated rounds.
-    """
-    summary: dict[str, Any] = {
-        "algorithm": algorithm,
-        "dataset": dataset,
-        "num_clients": num_clients,
-        "rounds_completed": rounds_completed,
-    }
-    optional = ("global_accuracy", *PARTICIPANT_METRICS)
-    for key in ("accuracy", "accuracy_weighted", *optional):
-        stats = _stats(rows, key, last_k)
-        if stats["final"] is None and key in optional:
-            continue
-        if final_row is not None and final_row.get(key) is not None:
-            stats["final"] = final_row[key]
-        stats.setdefault("last10_mean", stats[f"last{last_k}_mean"])
-        summary[key] = stats
-    loss = final_row.get("loss") if final_row else (rows[-1]["loss"] if rows else None)
-    summary["loss"] = {"final": loss if loss is None or math.isfinite(loss) else None}
-    summary["communication"] = {
-        "up_bytes": int(sum(r.get("up_bytes", 0) for r in rows)),
-        "down_bytes": int(sum(r.get("down_bytes", 0) for r in rows)),
-    }
-    summary["compute"] = {
-        "proxy": int(sum(r.get("compute_proxy") or 0 for r in rows)),
-        "train_macs": int(sum(r.get("train_macs") or 0 for r in rows)),
-    }
-    summary["wall_seconds"] = wall_seconds
-    if protocols:
-        summary["protocols"] = {k: v for k, v in protocols.items() if k in summary}
-    if extra:
-        summary.update(extra)
-    return summary
