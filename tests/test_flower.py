@@ -368,3 +368,17 @@ def test_a_claim_is_granted_once_the_holder_is_gone(task_identity, tmp_path, cap
     assert "Flower node 4 takes over client 1" in err
     assert [r["eval_failed"] for r in got.metrics] == [0, 1, 0]
     assert got.client_accuracy[1] is not None
+
+
+def test_unavailable_codes_are_flowers():
+    """The error codes the server reads as 'the node is gone' are Flower's (its constants live
+    outside its public API, so the server keeps the numbers; this pins them)."""
+    from flwr.common.constant import ErrorCode
+
+    from fedpart.flower.records import UNAVAILABLE
+
+    assert UNAVAILABLE == (
+        ErrorCode.MESSAGE_UNAVAILABLE,
+        ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+        ErrorCode.NODE_UNAVAILABLE,
+    )

@@ -1,12 +1,15 @@
-"""A Flower deployment of separate processes: the numbers of `fedpart run`, a SuperNode killed
-mid-round, a ServerApp killed mid-run and resumed.
+"""A Flower deployment of separate processes: the numbers of `fedpart run` over TLS with SuperNode
+authentication, an unregistered SuperNode refused, a SuperNode killed mid-round, a ServerApp
+killed mid-run and resumed.
 
-One `flower-superlink --insecure` and one `flower-supernode --insecure` per client (each with
-node config `partition-id` and `state-dir`) run as separate processes on localhost; `flwr run
+One `flower-superlink` and one `flower-supernode` per client (each with node config
+`partition-id` and `state-dir`) run as separate processes on localhost; `flwr run
 examples/flower deploy --stream` submits runs to them: the commands of docs/flower.md. The
 module starts three such federations, so that its runs go on at the same time without one's
-fault reaching another's run: one runs FedPer and FedCMD uninterrupted, one the run whose
-SuperNode is killed, one the run whose ServerApp is killed and then its resume. Every
+fault reaching another's run: one, over TLS with SuperNode authentication (certificates and
+node keys made by the module, each node's public key registered with `flwr supernode
+register`), runs FedPer, FedProx, FedRoD and FedCMD uninterrupted; the two others (`--insecure`)
+the run whose SuperNode is killed, and the run whose ServerApp is killed and then its resume. Every
 process the module starts, and every process those start, is stopped by it, also when a test
 fails (the module's fixture; the test process adopts orphaned Flower processes as a subreaper
 and reaps them). All files go under pytest's tmp_path (FLWR_HOME included).
@@ -53,6 +56,9 @@ BASE = [
 ]
 #: seconds a run may take here before the test gives up (generous: a busy 2-core machine)
 RUN_LIMIT = 900
+#: the methods run uninterrupted on the authenticated federation: a model split (FedPer), a
+#: proximal term (FedProx), a two-head objective (FedRoD), a vote and a distillation (FedCMD)
+SECURE_METHODS = ("fedper", "fedprox", "fedrod", "fedcmd")
 KEYS = ("accuracy", "accuracy_weighted", "loss", "train_loss", "up_bytes", "down_bytes")
 #: keys a resumed run may differ in from one that never stopped
 WALL = ("wall_seconds",)
@@ -66,6 +72,81 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ keys and certificates
+def _write_certificates(folder: Path) -> None:
+    """A CA (``ca.crt``) and a server certificate it signs for 127.0.0.1 (``server.pem``,
+    ``server.key``): what the guide's openssl commands make, with ``cryptography``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(text: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("fedpart test CA"))
+        .issuer_name(name("fedpart test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(name("127.0.0.1"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    folder.mkdir(parents=True)
+    pem = serialization.Encoding.PEM
+    (folder / "ca.crt").write_bytes(ca.public_bytes(pem))
+    (folder / "server.pem").write_bytes(server.public_bytes(pem))
+    (folder / "server.key").write_bytes(
+        key.private_bytes(
+            pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
+    )
+
+
+def _write_node_key(path: Path) -> None:
+    """A SuperNode's key pair in OpenSSH format, ``path`` and ``path.pub`` (what ``ssh-keygen
+    -t ecdsa -b 384`` makes)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    ssh = serialization.Encoding.OpenSSH
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+    )
+    path.with_suffix(".pub").write_bytes(
+        key.public_key().public_bytes(ssh, serialization.PublicFormat.OpenSSH)
+    )
 
 
 # ------------------------------------------------------------------ processes
@@ -128,10 +209,12 @@ def _reap(pids: set[int]) -> None:
 
 
 class Federation:
-    """A SuperLink and one SuperNode per client on localhost, and the `flwr run`s sent to it."""
+    """A SuperLink and one SuperNode per client on localhost, and the `flwr run`s sent to it;
+    ``secure``: over TLS, with SuperNode authentication (each node's key registered)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, secure: bool = False) -> None:
         self.root = root
+        self.secure = secure
         self.port = _free_port()
         self.env = interpreter_env(
             FLWR_HOME=str(root / "flwr"),
@@ -139,10 +222,16 @@ class Federation:
             FLWR_TELEMETRY_ENABLED="0",
         )
         (root / "flwr").mkdir(parents=True)
+        self.certs = root / "certificates"
+        if secure:
+            _write_certificates(self.certs)
+            how = f'root-certificates = "{self.certs / "ca.crt"}"'
+        else:
+            how = "insecure = true"
         # the connection `flwr run . deploy` uses (docs/flower.md)
         (root / "flwr" / "config.toml").write_text(
             '[superlink]\ndefault = "deploy"\n\n'
-            f'[superlink.deploy]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+            f'[superlink.deploy]\naddress = "127.0.0.1:{self.port}"\n{how}\n'
         )
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -166,15 +255,16 @@ class Federation:
 
     def start(self) -> None:
         # fedpart is installed here already: no `uv sync` of the app's dependencies
+        if self.secure:
+            tls = ["--ssl-ca-certfile", str(self.certs / "ca.crt")]
+            tls += ["--ssl-certfile", str(self.certs / "server.pem")]
+            tls += ["--ssl-keyfile", str(self.certs / "server.key"), "--enable-supernode-auth"]
+        else:
+            tls = ["--insecure"]
         self._start(
             "superlink",
-            [
-                "flower-superlink",
-                "--insecure",
-                "--disable-runtime-dependency-installation",
-                "--port",
-                str(self.port),
-            ],
+            ["flower-superlink", *tls, "--disable-runtime-dependency-installation"]
+            + ["--port", str(self.port)],
         )
         deadline = time.monotonic() + 120
         while True:  # the SuperLink's HTTP API is up
@@ -185,15 +275,38 @@ class Federation:
                 raise RuntimeError("the SuperLink did not start:\n" + self.log("superlink"))
             time.sleep(0.5)
         for client in range(CLIENTS):
+            if self.secure:
+                _write_node_key(self.certs / f"node{client}")
+                self.flwr("supernode", "register", str(self.certs / f"node{client}.pub"))
             self.start_node(client)
 
-    def start_node(self, client: int) -> None:
+    def flwr(self, *argv: str) -> str:
+        """``flwr ARGV... deploy`` (the command's SuperLink connection last); its stdout."""
+        return subprocess.run(
+            ["flwr", *argv, "deploy"],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+
+    def start_node(self, client: int, name: str | None = None, key: Path | None = None) -> None:
+        """The SuperNode of ``client`` (named ``node<client>``); on a secure federation with
+        the key made for it, or ``key`` (a path that does not exist: no key at all)."""
         state = self.root / f"state{client}"
+        if not self.secure:
+            how = ["--insecure"]
+        else:
+            how = ["--root-certificates", str(self.certs / "ca.crt")]
+            key = self.certs / f"node{client}" if key is None else key
+            how += ["--auth-supernode-private-key", str(key)] if key.exists() else []
         self._start(
-            f"node{client}",
+            name or f"node{client}",
             [
                 "flower-supernode",
-                "--insecure",
+                *how,
                 "--superlink",
                 f"127.0.0.1:{self.port}",
                 "--port",
@@ -261,20 +374,6 @@ class Federation:
         except subprocess.TimeoutExpired:
             pytest.fail(f"{name} did not finish in {limit} s:\n{self.log(name)[-4000:]}")
 
-    def traffic(self, run_id: str) -> dict:
-        """Flower's own count of the run's bytes between the SuperLink and the SuperNodes."""
-        out = subprocess.run(
-            ["flwr", "ls", "deploy", "--run-id", run_id, "--format", "json"],
-            env=self.env,
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        (run,) = json.loads(out.stdout)["runs"]
-        return run["network-traffic"]
-
     def stop(self) -> None:
         """Stop every process started here and below: SIGTERM, SIGKILL after 10 s; reaped."""
         procs = {
@@ -290,8 +389,8 @@ class Federation:
 
 @pytest.fixture(scope="module")
 def federations(tmp_path_factory):
-    """Three federations, each a SuperLink with its own SuperNodes: ``ref`` runs the runs that
-    are never interrupted, ``node`` the run whose SuperNode is killed, ``server`` the run whose
+    """Three federations, each a SuperLink with its own SuperNodes: ``ref`` (TLS, SuperNode
+    authentication) runs the runs that are never interrupted, ``node`` the run whose SuperNode is killed, ``server`` the run whose
     ServerApp is killed and its resume. A fault in one does not touch the others' runs, so the
     runs go on at the same time (a killed SuperNode's heartbeat wait overlaps the others'
     rounds)."""
@@ -299,7 +398,7 @@ def federations(tmp_path_factory):
     _subreaper(True)
     try:
         for name in ("ref", "node", "server"):
-            feds[name] = Federation(tmp_path_factory.mktemp(name))
+            feds[name] = Federation(tmp_path_factory.mktemp(name), secure=name == "ref")
             feds[name].start()
         yield feds
     finally:
@@ -354,7 +453,7 @@ def _check_against_fedpart_run(run_dir: Path, overrides: list[str], what: str) -
 
 @pytest.fixture(scope="module")
 def deployed(federations):
-    """The module's runs, submitted together: FedPer and FedCMD run to the end on ``ref``;
+    """The module's runs, submitted together: ``SECURE_METHODS`` run to the end on ``ref``;
     FedPer on ``node`` with client 1's SuperNode killed (SIGKILL) while it trains round 0 and
     started again, run to the end; FedPer on ``server`` with its ServerApp killed (SIGKILL) in
     round 1 after a node trained it, then resumed with `flwr run ... resume=true` on the same
@@ -362,7 +461,7 @@ def deployed(federations):
     "after-kill": what the killed run had left when it was killed."""
     ref, node, server = federations["ref"], federations["node"], federations["server"]
     runs = {}
-    for method in ("fedper", "fedcmd"):
+    for method in SECURE_METHODS:
         out = ref.root / "runs" / method
         ref.submit(method, _run_config(method, out))
         runs[method] = out
@@ -415,7 +514,7 @@ def deployed(federations):
                 )
                 server.submit("resume", _run_config("fedper", runs["killed"]) + " resume=true")
         time.sleep(0.2)
-    for method in ("fedper", "fedcmd"):
+    for method in SECURE_METHODS:
         ref.finish(method)
         assert (runs[method] / "summary.json").is_file(), ref.log(method)[-4000:]
     node.finish("node-killed")
@@ -424,7 +523,8 @@ def deployed(federations):
 
 
 def test_deployed_runs_equal_fedpart_run(federations, deployed):
-    for method in ("fedper", "fedcmd"):
+    """Over TLS, every node authenticated: each method's numbers are `fedpart run`'s."""
+    for method in SECURE_METHODS:
         out = deployed[method]
         _check_against_fedpart_run(out, _overrides(method), method)
         rows = _rows(out)
@@ -489,3 +589,25 @@ def test_supernode_killed_mid_round(federations, deployed):
         _overrides("fedper", "federation.client_failure_schedule=[[0,1]]"),
         "fedper, client 1 failing in round 0",
     )
+
+
+def test_unregistered_supernode_is_refused(federations, deployed):
+    """On the authenticated federation a SuperNode whose key was never registered ("Failed to
+    activate SuperNode"), and one with no key ("All SuperNodes must be registered"), are
+    refused by the SuperLink (Flower's exit code 305) and never listed; the registered nodes
+    stay online."""
+    ref = federations["ref"]
+    stranger = ref.certs / "stranger"
+    _write_node_key(stranger)  # a well-formed key, not registered
+    ref.start_node(1, name="stranger", key=stranger)
+    ref.start_node(1, name="keyless", key=ref.certs / "no-such-key")
+    why = {"stranger": "Failed to activate SuperNode", "keyless": "must be registered"}
+    for name, reason in why.items():
+        try:
+            code = ref.procs[name].wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} was not refused:\n{ref.log(name)[-4000:]}")
+        assert code != 0, ref.log(name)[-4000:]
+        assert "Exit Code: 305" in ref.log(name) and reason in ref.log(name), ref.log(name)[-4000:]
+    nodes = json.loads(ref.flwr("supernode", "ls", "--format", "json"))["nodes"]
+    assert sorted(n["status"] for n in nodes) == ["online", "online"], nodes

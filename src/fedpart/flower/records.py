@@ -107,6 +107,13 @@ def array_bytes(content: RecordDict) -> int:
     )
 
 
+#: the codes of a Flower error reply that says the message or its node is gone (the node is
+#: dropped, the run goes on), as Flower 1.41 numbers them: MESSAGE_UNAVAILABLE,
+#: REPLY_MESSAGE_UNAVAILABLE, NODE_UNAVAILABLE. Flower's public API has the codes only as
+#: numbers on ``Error.code``; ``tests/test_flower.py`` checks these against its constants.
+UNAVAILABLE = (3, 4, 5)
+
+
 def check_reply(reply: Message) -> None:
     if reply.has_error():
         # the node's reason may carry a traceback; its last line names the error, written by

@@ -20,6 +20,7 @@ from fedpart.errors import FedpartError
 from fedpart.flower.membership import Membership
 from fedpart.flower.records import (
     TRAFFIC_KEYS,
+    UNAVAILABLE,
     State,
     array_bytes,
     check_reply,
@@ -137,25 +138,18 @@ class FlowerSimulation(Membership, Simulation):
         """Send ``messages`` (key → message) and wait up to ``timeout`` for the replies; returns
         those that arrived, by key. A node that does not reply in time, or that Flower reports
         unavailable, is dropped; a ClientApp's error ends the run with one line."""
-        from flwr.common.constant import ErrorCode
-
         if not messages:
             return {}
         sent = list(messages.items())
         replies = list(self.grid.send_and_receive([m for _, m in sent], timeout=self.timeout))
         key_of = {m.metadata.message_id: key for key, m in sent}
-        unavailable = (
-            ErrorCode.MESSAGE_UNAVAILABLE,
-            ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
-            ErrorCode.NODE_UNAVAILABLE,
-        )
         out: dict[int, Message] = {}
         for reply in replies:
             key = key_of.get(reply.metadata.reply_to_message_id)
             if key is None:
                 continue
             if reply.has_error():
-                if reply.error.code in unavailable:
+                if reply.error.code in UNAVAILABLE:
                     continue
                 check_reply(reply)
             out[key] = reply
