@@ -10,6 +10,7 @@ tests/test_flower_deploy.py.
 import itertools
 import json
 import math
+import re
 import uuid
 
 import pytest
@@ -31,7 +32,9 @@ from fedpart.flower import (  # noqa: E402
     client_app,
     resume_on_grid,
     run_on_grid,
+    server_app,
 )
+from fedpart.flower.progress import quiet_tracebacks, status  # noqa: E402
 
 QUICKSTART = "configs/quickstart.yaml"
 # FedCMD's selection phase is round 0 (K_p = max(1, ⌊0.1·2⌋)); in round 1 its l* is personal,
@@ -382,3 +385,107 @@ def test_unavailable_codes_are_flowers():
         ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
         ErrorCode.NODE_UNAVAILABLE,
     )
+
+
+# ------------------------------------------------ what the ServerApp tells its user
+def _serve(grid, run_config):
+    """The example's ServerApp (``fedpart.flower.server_app``) on ``grid`` with ``run_config``."""
+    context = Context(
+        run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config
+    )
+    server_app(QUICKSTART)(grid, context)
+
+
+def _lines(text):
+    return [line for line in text.splitlines() if line.startswith("fedpart: ")]
+
+
+def test_serverapp_prints_a_line_per_round_and_the_end(task_identity, tmp_path, capsys):
+    """A line per round (trained, failed, accuracy, time), a last line saying it completed and
+    where; ``config.yaml`` records the directory written; the status reads it back."""
+    out = tmp_path / "run"
+    overrides = "algorithm.name=fedper partition.num_clients=3 federation.rounds=2"
+    overrides += " federation.join_ratio=1.0 evaluation.every=2"
+    _serve(LocalGrid(3, tmp_path), {"overrides": overrides, "output-dir": str(out), "timeout": 5})
+    lines = _lines(capsys.readouterr().out)
+    summary = json.loads((out / "summary.json").read_text())
+    final = 100 * summary["accuracy"]["final"]
+    assert lines[0] == "fedpart: fedper on digits, 3 clients, 2 rounds: starting"
+    assert re.fullmatch(
+        r"fedpart: round 1/2: 3 trained, 0 failed; not evaluated; \d+\.\d s", lines[1]
+    )
+    assert re.fullmatch(
+        rf"fedpart: round 2/2: 3 trained, 0 failed; accuracy {final:.2f}%; \d+\.\d s", lines[2]
+    )
+    assert lines[3:] == [f"fedpart: run completed: 2 rounds, accuracy {final:.2f}%; wrote {out}"]
+    assert f"dir: {out}\n" in (out / "config.yaml").read_text()
+    assert status(out) == (0, f"completed: 2 of 2 rounds, accuracy {final:.2f}%")
+
+
+def test_serverapp_failure_is_one_line_and_recorded(task_identity, tmp_path, capsys):
+    """A node missing for a client: the ServerApp's last line says the run failed and why; the
+    run directory records it (``fedpart flower status`` exits 1 with that line)."""
+    out = tmp_path / "run"
+    overrides = "algorithm.name=fedper partition.num_clients=3 federation.rounds=2"
+    with pytest.raises(FedpartError, match="2 of the config's 3 clients have a Flower node"):
+        _serve(
+            LocalGrid(2, tmp_path), {"overrides": overrides, "output-dir": str(out), "timeout": 1}
+        )
+    lines = _lines(capsys.readouterr().out)
+    assert len(lines) == 1 and lines[0].startswith("fedpart: run failed: 2 of the config's 3"), (
+        lines
+    )
+    code, line = status(out)
+    assert code == 1 and line.startswith("failed before its first round: 2 of the config's 3"), line
+    # a method Flower cannot run: one line too, no directory needed
+    with pytest.raises(FedpartError):
+        _serve(LocalGrid(2), {"overrides": "algorithm.name=ditto", "timeout": 1})
+    (line,) = _lines(capsys.readouterr().out)
+    assert line.startswith("fedpart: run failed: ditto has its own local update"), line
+
+
+def test_flowers_error_log_keeps_one_line_for_fedpart_errors(capsys):
+    """Flower logs the exception that ends a ServerApp with its traceback; for fedpart's errors
+    the record is the one line (other exceptions keep their traceback)."""
+    import logging
+
+    quiet_tracebacks()
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(self.format(record))
+
+    logger = logging.getLogger("flwr")
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        for exc in (FedpartError("a one-line reason"), ValueError("kept")):
+            try:
+                raise exc
+            except Exception as caught:
+                logger.error("%s raised an exception", "ServerApp", exc_info=caught)
+    finally:
+        logger.removeHandler(handler)
+    assert records[0] == "fedpart: a one-line reason"
+    assert "Traceback" in records[1] and "ValueError: kept" in records[1]
+
+
+def test_status_of_a_stopped_and_a_held_run(tmp_path):
+    """No end recorded and nobody holding it: stopped (1); its lock held: running (0); not a
+    run: 2."""
+    out = tmp_path / "run"
+    fedpart.run(load_config(QUICKSTART, ["federation.rounds=1", f"output.dir={out}"]))
+    (out / "summary.json").unlink()
+    code, line = status(out)
+    assert code == 1 and line.startswith("stopped after 1 of 1 rounds"), line
+    from fedpart.tracking.run_dir import RunDir
+
+    rd = RunDir(out)
+    rd.acquire()
+    try:
+        # the lock is per open file: another handle, as another process would see it
+        assert status(out)[0] == 0 and "running" in status(out)[1]
+    finally:
+        rd.release()
+    assert status(tmp_path)[0] == 2

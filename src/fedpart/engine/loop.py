@@ -46,6 +46,8 @@ class LoopRun(Protocol):
     final_row: Row | None
     client_accuracy: list[float]
     client_test_samples: list[int]
+    #: observers a kind of run adds after the built-in ones (a Flower run's round lines)
+    extra_observers: list[Any]
 
     def run_round(self, rnd: int) -> Row: ...
     def evaluate(self) -> Row: ...
@@ -303,7 +305,8 @@ class Workers(Observer):
 
 def observers_for(sim: LoopRun) -> list[Observer]:
     """The observers of ``sim``'s run: run files, TensorBoard and checkpoints with a run
-    directory, the progress bar unless quiet; the workers' stop in every case."""
+    directory, the progress bar unless quiet, the run's own extra ones; the workers' stop in
+    every case."""
     out: list[Observer] = []
     if sim.run_dir is not None:
         out.append(RunFiles())
@@ -312,6 +315,7 @@ def observers_for(sim: LoopRun) -> list[Observer]:
         out.append(Checkpoints())
     if not sim.quiet:
         out.append(Progress())
+    out.extend(sim.extra_observers)
     out.append(Workers())
     return out
 

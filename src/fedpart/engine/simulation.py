@@ -61,6 +61,8 @@ class Simulation:
         algo_cls, options, cfg = build.resolved_config(cfg)
         self.cfg = cfg
         self.quiet = quiet
+        #: observers of the run loop beyond the built-in ones (``engine.loop.observers_for``)
+        self.extra_observers: list[Any] = []
         self.device, self.determinism = build.open_device(cfg)
         self.data = data = build.federated_data(cfg, data, self.device)
         #: each client's capacity r_i and width p_i (docs/capacity.md), fixed for the run

@@ -3,6 +3,7 @@ running or resuming it from inside one's own ``ServerApp``."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -13,6 +14,7 @@ from fedpart.config import Config, load_config
 from fedpart.engine.checkpoint import run_directory
 from fedpart.engine.simulation import Result
 from fedpart.errors import FedpartError
+from fedpart.flower.progress import RoundLines, clear, completed, failed, quiet_tracebacks
 from fedpart.flower.records import require_flwr
 from fedpart.flower.server import FlowerSimulation
 
@@ -40,13 +42,19 @@ def run_on_grid(
     *,
     run_dir: str | Path | None = None,
     timeout: float = 600.0,
+    progress: bool = False,
 ) -> Result:
     """Run ``cfg`` over the Flower nodes of ``grid`` (one per client) from inside a
-    ``ServerApp``'s main function; returns what :func:`fedpart.run` returns.
+    ``ServerApp``'s main function; returns what :func:`fedpart.run` returns. ``run_dir`` is
+    recorded as the config's ``output.dir``; ``progress``: a line per round on stdout.
 
     Several runs may follow one another over the same nodes: a node keeps each run's tensors
     apart (they are named by a series id drawn per run)."""
+    if run_dir is not None:
+        cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, dir=str(run_dir)))
     sim = FlowerSimulation(cfg, grid, run_dir=run_dir, quiet=True, timeout=timeout)
+    if progress:
+        sim.extra_observers.append(RoundLines())
     sim.connect()
     return sim.run()
 
@@ -57,11 +65,19 @@ def resume_on_grid(
     overrides: Iterable[str] = (),
     *,
     timeout: float = 600.0,
+    progress: bool = False,
 ) -> Result:
     """Continue the Flower run in ``run_dir`` from its last checkpoint over the nodes of
     ``grid``: :func:`fedpart.resume` with the clients' work on the nodes, each node restoring
     the personal tensors of the checkpoint's round from its ``state-dir``. Ends equal to a run
-    that never stopped (but for the wall-clock fields)."""
+    that never stopped (but for the wall-clock fields). ``progress``: a line per round."""
+
+    def build(cfg: Config, path: Path) -> FlowerSimulation:
+        sim = FlowerSimulation(cfg, grid, run_dir=path, timeout=timeout)
+        if progress:
+            sim.extra_observers.append(RoundLines())
+        return sim
+
     rd = run_directory(run_dir)
     rd.acquire()
     try:
@@ -69,7 +85,7 @@ def resume_on_grid(
             rd,
             list(overrides),
             True,
-            build=lambda cfg, path: FlowerSimulation(cfg, grid, run_dir=path, timeout=timeout),
+            build=build,
             ready=lambda sim: sim.connect(),  # type: ignore[attr-defined]
         )
     finally:
@@ -102,26 +118,33 @@ def server_app(
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         rc = context.run_config
-        extra = [*_split_overrides(rc.get("overrides")), *overrides]
         out = rc.get("output-dir") or run_dir
+        quiet_tracebacks()
+        clear(out)
+        try:
+            result = _run(grid, rc, out)
+        except BaseException as exc:
+            failed(exc, out)
+            raise
+        completed(result)
+
+    def _run(grid: Grid, rc: Any, out: str | Path | None) -> Result:
+        extra = [*_split_overrides(rc.get("overrides")), *overrides]
         wait = float(rc.get("timeout", timeout))
         if rc.get("resume"):
             if not out:
                 raise FedpartError("resume: give output-dir, the run directory to continue")
-            result = resume_on_grid(grid, str(out), extra, timeout=wait)
+            return resume_on_grid(grid, str(out), extra, timeout=wait, progress=True)
+        source: Any = config if config is not None else rc.get("config")
+        if source is None:
+            raise FedpartError("no fedpart config: set config in the Flower run config")
+        if isinstance(source, Config):
+            cfg = source.with_overrides(extra) if extra else source
         else:
-            source: Any = config if config is not None else rc.get("config")
-            if source is None:
-                raise FedpartError("no fedpart config: set config in the Flower run config")
-            if isinstance(source, Config):
-                cfg = source.with_overrides(extra) if extra else source
-            else:
-                path = Path(str(source))
-                if not path.is_absolute() and base is not None:
-                    path = Path(base) / path
-                cfg = load_config(path, extra)
-            result = run_on_grid(grid, cfg, run_dir=out or None, timeout=wait)
-        if result.run_dir is not None:
-            print(f"fedpart: wrote {result.run_dir}")
+            path = Path(str(source))
+            if not path.is_absolute() and base is not None:
+                path = Path(base) / path
+            cfg = load_config(path, extra)
+        return run_on_grid(grid, cfg, run_dir=out or None, timeout=wait, progress=True)
 
     return app
