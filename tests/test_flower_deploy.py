@@ -1,18 +1,21 @@
-"""A Flower deployment of separate processes: the numbers of `fedpart run` over TLS with SuperNode
-authentication, an unregistered SuperNode refused, a SuperNode killed mid-round, a ServerApp
-killed mid-run and resumed.
+"""A Flower deployment of separate processes: docs/flower.md's one-machine commands run as
+written (a run, the ServerApp killed and the run continued, the federation stopped, the
+simulation), the numbers of `fedpart run` over TLS with SuperNode authentication, an
+unregistered SuperNode refused, a SuperNode killed mid-round, runs the ServerApp refuses.
 
 One `flower-superlink` and one `flower-supernode` per client (each with node config
 `partition-id` and `state-dir`) run as separate processes on localhost; `flwr run
 examples/flower deploy --stream` submits runs to them: the commands of docs/flower.md. The
-module starts three such federations, so that its runs go on at the same time without one's
-fault reaching another's run: one, over TLS with SuperNode authentication (certificates and
-node keys made by the module, each node's public key registered with `flwr supernode
-register`), runs FedPer, FedProx, FedRoD and FedCMD uninterrupted; the two others (`--insecure`)
-the run whose SuperNode is killed, and the run whose ServerApp is killed and then its resume. Every
-process the module starts, and every process those start, is stopped by it, also when a test
-fails (the module's fixture; the test process adopts orphaned Flower processes as a subreaper
-and reaps them). All files go under pytest's tmp_path (FLWR_HOME included).
+module starts two such federations besides the guide's (tests/guide_walk.py), so that its runs
+go on at the same time without one's fault reaching another's run: one, over TLS with SuperNode
+authentication (certificates and node keys made by the module, each node's public key
+registered with `flwr supernode register`), runs FedPer, FedProx, FedRoD and FedCMD
+uninterrupted; the other (`--insecure`) the run whose SuperNode is killed, then the runs the
+ServerApp refuses. The guide's blocks start its own federation on the ports 8000, 9094, 9095.
+Every process the module starts, and every process those start, is stopped by it, also when a
+test fails (the module's fixtures; the test process adopts orphaned Flower processes as a
+subreaper and reaps them). All files go under pytest's tmp_path (FLWR_HOME and the guide's
+HOME included).
 
 Slow by nature: Flower 1.41 starts a fresh `flwr-clientapp` process (Python, torch, fedpart)
 for every message a node receives, and the SuperLink and the SuperNodes poll every 3 s, so a
@@ -32,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +44,7 @@ import pytest
 import fedpart
 from fedpart.config import load_config
 from fedpart.errors import FedpartError
+from guide_walk import PORTS, GuideWalk, port_free
 from interpreter import interpreter_env
 
 flwr = pytest.importorskip("flwr")
@@ -389,15 +394,15 @@ class Federation:
 
 @pytest.fixture(scope="module")
 def federations(tmp_path_factory):
-    """Three federations, each a SuperLink with its own SuperNodes: ``ref`` (TLS, SuperNode
-    authentication) runs the runs that are never interrupted, ``node`` the run whose SuperNode is killed, ``server`` the run whose
-    ServerApp is killed and its resume. A fault in one does not touch the others' runs, so the
+    """Two federations, each a SuperLink with its own SuperNodes: ``ref`` (TLS, SuperNode
+    authentication) runs the runs that are never interrupted, ``node`` the run whose SuperNode
+    is killed, then the runs that fail. A fault in one does not touch the other's runs, so the
     runs go on at the same time (a killed SuperNode's heartbeat wait overlaps the others'
-    rounds)."""
+    rounds), and with them the guide's own federation (``walk``)."""
     feds: dict[str, Federation] = {}
     _subreaper(True)
     try:
-        for name in ("ref", "node", "server"):
+        for name in ("ref", "node"):
             feds[name] = Federation(tmp_path_factory.mktemp(name), secure=name == "ref")
             feds[name].start()
         yield feds
@@ -452,14 +457,59 @@ def _check_against_fedpart_run(run_dir: Path, overrides: list[str], what: str) -
 
 
 @pytest.fixture(scope="module")
-def deployed(federations):
+def walk(tmp_path_factory):
+    """docs/flower.md's one-machine blocks, run as written (tests/guide_walk.py); the ports
+    they name must be free."""
+    busy = [port for port in PORTS if not port_free(port)]
+    if busy:
+        pytest.fail(f"the guide's ports {busy} are in use on this machine; free them to run it")
+    guide = GuideWalk(tmp_path_factory.mktemp("guide") / "home")
+    try:
+        yield guide
+    finally:
+        guide.stop()
+
+
+def _walk_the_guide(guide: GuideWalk, errors: list[BaseException]) -> None:
+    """The guide in order: the federation, its connection, a run, the ServerApp-kill story, the
+    stop (after which none of its processes may be left), then the simulation."""
+    try:
+        guide.run("deploy-start", 120)
+        guide.wait_for_port(8000)
+        guide.run("deploy-connect", 120)
+        guide.run("deploy-run", RUN_LIMIT)
+        guide.run("fault-serverapp", RUN_LIMIT)
+        guide.run("deploy-stop", 60)
+        deadline = time.monotonic() + 30
+        while guide.processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        guide.left_after_stop = [_cmdline(p) for p in guide.processes()]
+        guide.run("simulation", RUN_LIMIT)
+        guide.run("simulation-stop", 60)
+    except BaseException as exc:  # reported by the test that reads the walk
+        errors.append(exc)
+
+
+#: runs the ServerApp must refuse, each with the one line it ends with
+REFUSED = {
+    "missing-node": (
+        ["partition.num_clients=3"],
+        "fedpart: run failed: 2 of the config's 3 clients have a Flower node",
+    ),
+    "wrong-method": (["algorithm.name=ditto"], "fedpart: run failed: ditto has its own local"),
+}
+
+
+@pytest.fixture(scope="module")
+def deployed(federations, walk):
     """The module's runs, submitted together: ``SECURE_METHODS`` run to the end on ``ref``;
     FedPer on ``node`` with client 1's SuperNode killed (SIGKILL) while it trains round 0 and
-    started again, run to the end; FedPer on ``server`` with its ServerApp killed (SIGKILL) in
-    round 1 after a node trained it, then resumed with `flwr run ... resume=true` on the same
-    nodes. Their run directories, by name ("killed": the last, after its resume), and
-    "after-kill": what the killed run had left when it was killed."""
-    ref, node, server = federations["ref"], federations["node"], federations["server"]
+    started again, run to the end, then the ``REFUSED`` runs; meanwhile the guide's walk. Their
+    run directories, by name."""
+    ref, node = federations["ref"], federations["node"]
+    errors: list[BaseException] = []
+    walker = threading.Thread(target=_walk_the_guide, args=(walk, errors), daemon=True)
+    walker.start()
     runs = {}
     for method in SECURE_METHODS:
         out = ref.root / "runs" / method
@@ -467,58 +517,36 @@ def deployed(federations):
         runs[method] = out
     runs["node-killed"] = node.root / "runs" / "node-killed"
     node.submit("node-killed", _run_config("fedper", runs["node-killed"]))
-    runs["killed"] = server.root / "runs" / "resumed"
-    server.submit("killed", _run_config("fedper", runs["killed"]))
-
-    from safetensors.torch import load_file
 
     mid_round = None
-    ckpt = runs["killed"] / "checkpoint" / "state.safetensors"
-    series = None
-    node_killed = server_killed = False
     deadline = time.monotonic() + RUN_LIMIT
-    while not (node_killed and server_killed):
-        if not node_killed:
-            assert time.monotonic() < deadline, node.log("node-killed")[-4000:]
-            if mid_round is None and (
-                started := re.search(r"Successfully started run (\d+)", node.log("node-killed"))
-            ):
-                mid_round = re.compile(
-                    rf"\[RUN {started[1]}, ROUND 0\]\s*\n[^\n]*Receiving: train message"
-                )
-            if mid_round is not None and mid_round.search(node.log("node1")):
-                node.kill(node.procs["node1"].pid)
-                node.start_node(1)  # the same partition and state-dir
-                node_killed = True
-        if not server_killed:
-            assert time.monotonic() < deadline, server.log("killed")[-4000:]
-            assert server.procs["killed"].poll() is None, server.log("killed")[-4000:]
-            if series is None and ckpt.is_file():
-                with contextlib.suppress(Exception):  # it may be being replaced
-                    series = bytes(load_file(str(ckpt))["flower/series"].tolist()).decode()
-            if series is not None and list(server.root.glob(f"state*/{series}/*/personal-1.*")):
-                (serverapp,) = server.serverapps()
-                server.kill(serverapp)
-                server.kill(server.procs["killed"].pid)  # its log stream
-                server_killed = True
-                # what the killed run left, for the test; then its resume, on the same nodes
-                meta = json.loads((ckpt.parent / "meta.json").read_text())
-                runs["after-kill"] = server.root / "after-kill.json"
-                runs["after-kill"].write_text(
-                    json.dumps(
-                        {
-                            "summary": (runs["killed"] / "summary.json").exists(),
-                            "rounds_completed": meta["rounds_completed"],
-                        }
-                    )
-                )
-                server.submit("resume", _run_config("fedper", runs["killed"]) + " resume=true")
+    while True:
+        assert time.monotonic() < deadline, node.log("node-killed")[-4000:]
+        if mid_round is None and (
+            started := re.search(r"Successfully started run (\d+)", node.log("node-killed"))
+        ):
+            mid_round = re.compile(
+                rf"\[RUN {started[1]}, ROUND 0\]\s*\n[^\n]*Receiving: train message"
+            )
+        if mid_round is not None and mid_round.search(node.log("node1")):
+            node.kill(node.procs["node1"].pid)
+            node.start_node(1)  # the same partition and state-dir
+            break
         time.sleep(0.2)
+    node.finish("node-killed")
+    for name, (extra, _) in REFUSED.items():
+        runs[name] = node.root / "runs" / name
+        config = " ".join(_overrides("fedper", *extra))
+        node.submit(name, f'overrides="{config}" output-dir="{runs[name]}" timeout=20')
     for method in SECURE_METHODS:
         ref.finish(method)
         assert (runs[method] / "summary.json").is_file(), ref.log(method)[-4000:]
-    node.finish("node-killed")
-    server.finish("resume")
+    for name in REFUSED:
+        node.finish(name)
+    walker.join(timeout=RUN_LIMIT)
+    if walker.is_alive():
+        errors.append(AssertionError(f"the guide's walk did not end in {RUN_LIMIT} s"))
+    runs["walk-errors"] = errors
     return runs
 
 
@@ -545,25 +573,57 @@ def test_deployed_runs_equal_fedpart_run(federations, deployed):
         assert all(re.fullmatch(r"personal-\d+\.safetensors", name) for name in kept), kept
 
 
-def test_serverapp_killed_run_resumes(federations, deployed):
-    """The ServerApp killed in round 1 after a node trained it (the node is ahead of the
-    checkpoint); `flwr run ... resume=true` continues from the checkpoint of round 0 and ends
-    with the numbers of the run that never stopped, traffic counts included (``deployed`` kills
-    and resumes it)."""
-    server = federations["server"]
-    out = deployed["killed"]
-    after_kill = json.loads(deployed["after-kill"].read_text())
-    assert not after_kill["summary"]
-    assert after_kill["rounds_completed"] == 1
+def _walked(walk, deployed) -> Path:
+    """The guide's runs folder, once its walk ended without an error."""
+    if deployed["walk-errors"]:
+        raise deployed["walk-errors"][0]
+    return walk.home / "fedpart-flower" / "runs"
 
-    assert (out / "summary.json").is_file(), server.log("resume")[-4000:]
-    ref = deployed["fedper"]
+
+def test_the_guide_runs_as_written(walk, deployed):
+    """docs/flower.md's one-machine blocks, in order, as written: the deployed FedPer run
+    equals `fedpart run`, prints a line per round and a completed line, its status says so and
+    its config.yaml records its directory; the guide's stop leaves no process behind; its
+    simulation run equals `fedpart run` too."""
+    runs = _walked(walk, deployed)
+    out = runs / "fedper"
+    _check_against_fedpart_run(out, _overrides("fedper"), "the guide's FedPer")
+    final = 100 * json.loads((out / "summary.json").read_text())["accuracy"]["final"]
+    printed = [line for line in walk.outputs["deploy-run"].splitlines() if "fedpart" in line]
+    assert printed[0] == "fedpart: fedper on digits, 2 clients, 2 rounds: starting", printed
+    for rnd in (1, 2):
+        pattern = rf"fedpart: round {rnd}/2: 2 trained, 0 failed; accuracy [\d.]+%; [\d.]+ s"
+        assert re.fullmatch(pattern, printed[rnd]), printed
+    assert printed[3:] == [
+        f"fedpart: run completed: 2 rounds, accuracy {final:.2f}%; wrote {out}",
+        f"completed: 2 of 2 rounds, accuracy {final:.2f}%",
+    ], printed
+    assert f"  dir: {out}\n" in (out / "config.yaml").read_text()
+    assert walk.left_after_stop == []
+    simulation = runs / "simulation"
+    _check_against_fedpart_run(simulation, ["algorithm.name=fedper", "federation.rounds=2"], "sim")
+    assert "completed: 2 of 2 rounds" in walk.outputs["simulation"]
+
+
+def test_serverapp_killed_run_resumes(walk, deployed):
+    """The guide's fault story: the ServerApp killed (SIGKILL) once the first checkpoint is
+    written; the status says stopped (exit code 1); `flwr run ... resume=true` continues from
+    the checkpoint and ends with the numbers of the guide's run that never stopped, traffic
+    counts included."""
+    runs = _walked(walk, deployed)
+    said = walk.outputs["fault-serverapp"]
+    assert "stopped after 1 of 2 rounds: nothing holds it" in said and "exit code 1" in said, said
+    assert "fedpart: fedper on digits, 2 clients, 2 rounds: resuming after round 1" in said, said
+    out, ref = runs / "killed", runs / "fedper"
     got, want = _rows(out), _rows(ref)
     assert [{k: v for k, v in r.items() if k not in WALL} for r in got] == [
         {k: v for k, v in r.items() if k not in WALL} for r in want
     ]
-    for name in ("clients.json", "config.yaml"):
-        assert (out / name).read_text() == (ref / name).read_text(), name
+    assert (out / "clients.json").read_text() == (ref / "clients.json").read_text()
+    # config.yaml: the same but for the directory each records as output.dir
+    assert (out / "config.yaml").read_text().replace(str(out), str(ref)) == (
+        ref / "config.yaml"
+    ).read_text()
     summary = json.loads((out / "summary.json").read_text())
     expected = json.loads((ref / "summary.json").read_text())
     assert {k: v for k, v in summary.items() if k not in WALL} == {
@@ -572,6 +632,25 @@ def test_serverapp_killed_run_resumes(federations, deployed):
     # its checkpoint holds no node's personal tensors: fedpart run --resume refuses it
     with pytest.raises(FedpartError, match="unknown entry 'flower/"):
         fedpart.resume(out)
+
+
+def test_refused_runs_end_in_one_line(federations, deployed):
+    """A client without a node and a method Flower cannot run: `flwr run --stream` shows one
+    fedpart line saying the run failed and why, no traceback; the status exits 1 with it."""
+    node = federations["node"]
+    for name, (_, line) in REFUSED.items():
+        stream = node.log(name)
+        said = [text for text in stream.splitlines() if text.startswith("fedpart: run failed")]
+        assert len(said) == 1 and said[0].startswith(line), stream[-4000:]
+        assert "Traceback" not in stream, stream[-4000:]
+        proc = subprocess.run(
+            [sys.executable, "-m", "fedpart", "flower", "status", str(deployed[name])],
+            capture_output=True,
+            text=True,
+            env=node.env,
+        )
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert line.removeprefix("fedpart: run failed: ") in proc.stdout, proc.stdout
 
 
 def test_supernode_killed_mid_round(federations, deployed):

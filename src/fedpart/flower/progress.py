@@ -99,16 +99,13 @@ def clear(out: str | Path | None) -> None:
 
 
 class OneLineErrors(logging.Filter):
-    """Flower logs an exception that ends a ``ServerApp`` with its traceback; for fedpart's own
-    errors (a configuration the run refuses, already said in one line by :func:`failed`) the
-    record keeps its one line and drops the traceback."""
+    """Flower logs the exception that ends a ``ServerApp`` with its traceback. For fedpart's own
+    errors (a configuration the run refuses), already said in one line by :func:`failed`, that
+    record is dropped; any other exception keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, FedpartError):
-            record.msg, record.args = "fedpart: %s", (exc,)
-            record.exc_info = record.exc_text = None
-        return True
+        return not isinstance(exc, FedpartError)
 
 
 def quiet_tracebacks() -> None:
