@@ -200,7 +200,7 @@ def test_progress_line_counts_rounds_and_gives_an_eta(tmp_path):
 
 
 def test_partition_plot_goes_to_the_fixed_part_of_output_dir():
-    from fedpart.cli import _runs_root
+    from fedpart.cli.partition import _runs_root
 
     assert _runs_root("runs/quickstart-{time}/{algorithm}") == Path("runs")
     assert _runs_root("/data/exp/{algorithm}-{seed}") == Path("/data/exp")

@@ -84,7 +84,7 @@ class Algorithm:
     @classmethod
     def parse_options(cls, raw: dict[str, Any]) -> Any:
         """Validate ``algorithm.*`` values into ``cls.Options``; raise ConfigError on bad input."""
-        from fedpart.config import _coerce, check_limits  # noqa: PLC0415 - shared checking
+        from fedpart.config import check_limits, coerce  # noqa: PLC0415 - shared checking
 
         hints = typing.get_type_hints(cls.Options)
         values = {}
@@ -94,7 +94,7 @@ class Algorithm:
                 raise ConfigError(
                     f"algorithm.{key}", f"unknown key for {cls.name}; valid keys: {valid}"
                 )
-            values[key] = _coerce(value, hints[key], f"algorithm.{key}")
+            values[key] = coerce(value, hints[key], f"algorithm.{key}")
         options = cls.Options(**values)
         check_limits(options, "algorithm")
         validate = getattr(options, "validate", None)
