@@ -471,7 +471,7 @@ def test_flowers_error_log_keeps_one_line_for_fedpart_errors(capsys):
     assert "Traceback" in record and "ValueError: kept" in record
 
 
-def test_status_of_a_stopped_and_a_held_run(tmp_path):
+def test_status_of_a_stopped_and_a_held_run(tmp_path, capsys):
     """No end recorded and nobody holding it: stopped (1); its lock held: running (0); not a
     run: 2."""
     out = tmp_path / "run"
@@ -479,6 +479,10 @@ def test_status_of_a_stopped_and_a_held_run(tmp_path):
     (out / "summary.json").unlink()
     code, line = status(out)
     assert code == 1 and line.startswith("stopped after 1 of 1 rounds"), line
+    from fedpart.cli import main
+
+    assert main(["flower", "status", str(out)]) == 1
+    assert capsys.readouterr().out == line + "\n"
     from fedpart.tracking.run_dir import RunDir
 
     rd = RunDir(out)

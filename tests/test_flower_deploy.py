@@ -644,7 +644,7 @@ def test_refused_runs_end_in_one_line(federations, deployed):
         assert len(said) == 1 and said[0].startswith(line), stream[-4000:]
         assert "Traceback" not in stream, stream[-4000:]
         proc = subprocess.run(
-            [sys.executable, "-m", "fedpart", "flower", "status", str(deployed[name])],
+            [sys.executable, "-m", "fedpart.cli", "flower", "status", str(deployed[name])],
             capture_output=True,
             text=True,
             env=node.env,

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from fedpart.cli import compare, cost, listing, partition, report, run, sweep
+from fedpart.cli import compare, cost, flower, listing, partition, report, run, sweep
 from fedpart.errors import FedpartError, OneLineParser
 from fedpart.errors import one_line as _one_line
 
@@ -75,6 +75,7 @@ COMMANDS = (
     partition.add_parser,
     report.add_parser,
     cost.add_parser,
+    flower.add_parser,
 )
 
 
