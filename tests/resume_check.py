@@ -65,19 +65,14 @@ def same_runs(a: Path, b: Path, *, metrics: bool = True) -> tuple[list[str], lis
 
 def assert_resume_bit_identical(base: dict, tmp_path: Path) -> dict[str, torch.Tensor]:
     """Run ``base`` for 4 rounds straight and stopped at 2 then resumed (checkpoints every 2);
-    assert equal summaries and bit-identical checkpoints (:func:`same_runs`); return the
-    checkpoint's tensors.
-
-    The metrics rows are not compared here: FedDyn's train loss after a resume differs in its
-    last bits while every tensor is identical (its per-client states come back from the
-    checkpoint in another key order, so its loss term sums in another order); the device
-    checks' resume compares the rows too."""
+    assert equal metrics rows and summaries and bit-identical checkpoints (:func:`same_runs`);
+    return the checkpoint's tensors."""
     rounds_4 = {**base, "federation": {**base["federation"], "rounds": 4}}
     rounds_2 = {**base, "federation": {**base["federation"], "rounds": 2}}
     fedpart.run({**rounds_4, "output": {"dir": str(tmp_path / "straight"), "checkpoint_every": 2}})
     fedpart.run({**rounds_2, "output": {"dir": str(tmp_path / "stopped"), "checkpoint_every": 2}})
     fedpart.resume(tmp_path / "stopped", ["federation.rounds=4"])
-    problems, _ = same_runs(tmp_path / "straight", tmp_path / "stopped", metrics=False)
+    problems, _ = same_runs(tmp_path / "straight", tmp_path / "stopped")
     assert not problems, "; ".join(problems)
     return load_file(str(tmp_path / "straight" / "checkpoint" / "state.safetensors"))
 
