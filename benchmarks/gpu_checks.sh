@@ -1,8 +1,10 @@
 #!/bin/bash
 # Every GPU check of the repository in one command, sized for a short lease of a GPU machine
 # (at most 9.7 minutes: the step limits below; the second H100 lease of 2026-11-26 took 7.6): the smoke test's per-method checks and its kill-and-resume,
-# fedpart bench --device cuda, the batched-gap diagnosis and the round profile. Each step has
-# its own time limit and is interrupted with SIGINT (the smoke test still writes its report).
+# fedpart bench --device cuda, the batched-gap diagnosis and the round profile. The smoke test
+# runs the pytest device checks (python -m pytest --device cuda tests/test_device_checks.py) and
+# writes their report. Each step has its own time limit and is interrupted with SIGINT (the
+# smoke test still writes its report).
 #
 #   benchmarks/gpu_checks.sh OUT_DIR [DATA_ROOT]     # DATA_ROOT: default ../shared/data
 #

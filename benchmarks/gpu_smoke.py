@@ -1,50 +1,58 @@
-"""A smoke test of fedpart on a GPU: every registered method next to its CPU run, the batched
-backend against the sequential one, bit-identical resume, kill-and-resume, and the timings of
-``fedpart bench --device``.
+"""The GPU smoke test's report: the device checks of ``tests/test_device_checks.py`` run by
+pytest on a device, then the timings of ``fedpart bench --device``, written as one markdown
+report.
 
     python benchmarks/gpu_smoke.py [--device cuda] [--rounds 3] [--out gpu-smoke.md]
                                    [--methods a,b] [--quick] [--skip kill,timing]
 
-On the quick start (``configs/quickstart.yaml``: the bundled digits, 20 clients, a quarter-width
-FedAvgCNN; the methods chosen as ``fedpart compare`` chooses them, the capacity-aware ones with
-``federation.capacity=uniform``) it runs, printing a progress line per step:
+The checks are pytest tests, selected by ``--device`` (``tests/conftest.py``); this script runs
 
-``accuracy``
+    python -m pytest tests/test_device_checks.py --device DEVICE --device-rounds ROUNDS
+        [--device-methods ...] [--device-tolerance ...] [--device-kill-rounds ...]
+        [--device-kill-method ...] [-k "not test_kill_and_resume" ...]
+        --device-outcomes FILE
+
+in a subprocess (its output, a progress line per check included, on stderr), reads each
+check's outcome from ``FILE``, runs the timings in this process and writes the report. The
+checks, on the quick start (``configs/quickstart.yaml``: the bundled digits, 20 clients, a
+quarter-width FedAvgCNN; the methods chosen as ``fedpart compare`` chooses them, the
+capacity-aware ones with ``federation.capacity=uniform``), are described in
+``tests/device_checks.py``:
+
+``accuracy`` (``test_accuracy``)
     every method for ``--rounds`` rounds on the device and on the CPU (sequential backend, the
     same config otherwise): the final accuracies must lie within ``--tolerance`` points (1) and
     every metric and every client's final model must be finite.
-``batched``
+``batched`` (``test_batched``)
     every method whose backends include ``batched`` again with ``engine.backend=batched`` on the
     device: every client's model, train loss and accuracies equal to the sequential run's up to
     float rounding, the counters (bytes, multiply-adds, participants) exactly.
-``resume``
-    per method and backend (sequential; batched where it runs), a run of N rounds with a
-    checkpoint every round against the same run (``federation.rounds`` = N, so a schedule that
-    depends on it, FedAP's pre-training or pFedSim's ρ, is the same) stopped before round N // 2
-    + 1 and continued by a fresh ``fedpart.resume`` (N = max(rounds, 2)): every row of
-    ``metrics.jsonl``, ``summary.json``
-    (wall times aside) and every checkpoint tensor bit for bit, with the engine's deterministic
-    settings (``engine.deterministic``, default true).
-``kill``
+``resume`` (``test_resume``)
+    per method and backend, a run of N rounds with a checkpoint every round against the same
+    run stopped before round N // 2 + 1 and continued by a fresh ``fedpart.resume`` (N =
+    max(rounds, 2)): every row of ``metrics.jsonl``, ``summary.json`` (wall times aside) and
+    every checkpoint tensor bit for bit (``tests/resume_check.py``'s ``same_runs``).
+``kill`` (``test_kill_and_resume``)
     ``fedpart run`` in a subprocess, killed with SIGKILL half-way through ``--kill-rounds``
     rounds, then ``fedpart run --resume``: equal, bit for bit, to the uninterrupted run.
-``timing``
+``timing`` (this script, not a test: a benchmark)
     ``fedpart bench --device DEVICE`` (the harness's own code, :mod:`fedpart.bench`): the
     FedAvgCNN workloads with 100 clients on MNIST, sequential vs batched vs the ceiling, and the
     GPU targets.
 
+``--skip`` and ``--quick`` (which skips ``kill`` and ``timing``) deselect the checks' tests with
+``-k``; ``--workdir`` keeps the run directories (pytest's ``--basetemp`` is ``WORKDIR/runs``).
 With ``--device cpu`` the script checks itself on a machine without a GPU: the device is the
 CPU, so the "CPU reference" is the device run itself (said so in the report). The markdown
-report goes to ``--out`` (default ``gpu-smoke.md`` on a GPU, ``gpu-smoke-cpu.md`` on
-the CPU); the exit code is 1 when a check failed, 2 when the device cannot run (one line).
+report goes to ``--out`` (default ``gpu-smoke.md`` on a GPU, ``gpu-smoke-cpu.md`` on the CPU);
+the exit code is 1 when a check failed, 2 when the device cannot run (one line).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import math
+import os
 import shlex
 import shutil
 import signal
@@ -52,17 +60,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 
 import fedpart
 from fedpart.algorithms import ALGORITHMS
-from fedpart.api import output_path
 from fedpart.bench.cli import parse_args as parse_bench_args
 from fedpart.bench.devices import check_device
 from fedpart.bench.ratios import gpu_targets
@@ -70,46 +76,31 @@ from fedpart.bench.report import device_lines, machine_info
 from fedpart.bench.report import format_report as format_bench_report
 from fedpart.bench.running import run_bench
 from fedpart.bench.workloads import DEVICE_VARIANTS, DEVICE_WORKLOADS
-from fedpart.config import Config, load_config
-from fedpart.engine.loop import Observer, observers_for, run_loop
-from fedpart.engine.simulation import Simulation
+from fedpart.config import load_config
 from fedpart.errors import FedpartError
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+sys.path.insert(0, str(ROOT / "tests"))
+from device_checks import (  # noqa: E402 - the checks live with the tests
+    ACCURACY_ABS,
+    HEADERS,
+    LOSS_RTOL,
+    NOISE_FACTOR,
+    QUICKSTART,
+    STATE_ATOL,
+    STATE_RTOL,
+    TESTS,
+    Outcome,
+    applicable_methods,
+    read_outcomes,
+)
+
+TEST_FILE = ROOT / "tests" / "test_device_checks.py"
 CHECKS = ("accuracy", "batched", "resume", "kill", "timing")
 #: what ``--quick`` leaves out: the subprocess runs and the MNIST timings
 QUICK_SKIP = ("kill", "timing")
-#: batched vs sequential: "equal up to float rounding" (tests/test_backends.py's tolerances,
-#: loosened for a few rounds of a CNN whose max-pooling ties amplify rounding)
-STATE_ATOL, STATE_RTOL = 1e-3, 1e-3
-LOSS_RTOL = 1e-3
-#: a batched model gap above the tolerance is still rounding when it is at most this many times
-#: the gap between the device's and the CPU's sequential runs of the same method: long training
-#: (fedseqlayer's 10 fine-tuning epochs at lr 0.05) grows both from the same per-step rounding
-NOISE_FACTOR = 10.0
-ACCURACY_ABS = 0.01
-#: the per-round counters that must agree exactly between backends
-COUNTERS = (
-    "participants",
-    "trainable_params",
-    "compute_proxy",
-    "train_macs",
-    "up_bytes",
-    "down_bytes",
-)
-
-
-# ----------------------------------------------------------------------------- outcomes
-@dataclass
-class Outcome:
-    """One line of a check: ``ok`` is True (passed), False (failed) or None (not applicable)."""
-
-    check: str
-    subject: str
-    ok: bool | None
-    cells: list[str]
-    detail: str = ""
+#: a line per test (the progress line of its check under it) and the failures' summary
+PYTEST_OPTIONS = ["-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE"]
 
 
 @dataclass
@@ -134,9 +125,7 @@ class Smoke:
     targets: list[tuple[str, str, str]] = field(default_factory=list)
     determinism: dict[str, Any] | None = None
     deterministic: bool | None = None
-    #: per method, the largest |Δ| of a client model between the device's and the CPU's
-    #: sequential runs (the device's own rounding, grown by training); set by the accuracy check
-    floor: dict[str, float] = field(default_factory=dict)
+    interrupted: bool = False
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -150,11 +139,7 @@ def say(msg: str) -> None:
 
 def record(smoke: Smoke, outcome: Outcome) -> None:
     smoke.outcomes.append(outcome)
-    status = {True: "ok", False: "FAIL", None: "n/a"}[outcome.ok]
-    text = f"{outcome.check} {outcome.subject}: {status}"
-    if outcome.detail:
-        text += f" ({outcome.detail})"
-    say(text)
+    say(outcome.line())
 
 
 def _error(exc: BaseException) -> str:
@@ -162,465 +147,81 @@ def _error(exc: BaseException) -> str:
     return text if isinstance(exc, FedpartError) else f"{type(exc).__name__}: {text}"
 
 
-# ----------------------------------------------------------------------------- runs
-def method_overrides(name: str) -> list[str]:
-    """The overrides that run method ``name`` on the quick start: ``algorithm.name``, as
-    ``fedpart compare`` sets it for each method, and ``federation.capacity=uniform`` for a
-    capacity-aware method (clients of different widths, as the quick start's capacity tests run
-    them: ``tests/resume_check.py``)."""
-    extra = ["federation.capacity=uniform"] if ALGORITHMS[name].capacity_aware else []
-    return [f"algorithm.name={name}", *extra]
-
-
-def applicable_methods(base: Config) -> list[str]:
-    """Every registered method that can run ``base``: the methods ``fedpart compare`` runs when
-    given no ``--algorithms`` (``cls.supports``)."""
-    return [n for n, cls in ALGORITHMS.items() if cls.supports(base)]
-
-
-def run_method(
-    smoke: Smoke,
-    name: str,
-    device: str,
-    backend: str = "sequential",
-    rounds: int | None = None,
-    out: Path | None = None,
-) -> fedpart.api.Result:
-    """One run of the quick start for ``name`` on ``device`` (``out``: its run directory, with a
-    checkpoint every round; none: nothing written)."""
-    overrides = _overrides(smoke, name, device, backend, rounds)
-    if out is None:
-        return fedpart.run(smoke.config, overrides, write=False)
-    return fedpart.run(smoke.config, [*overrides, f"output.dir={out}", "output.checkpoint_every=1"])
-
-
-def _overrides(smoke: Smoke, name: str, device: str, backend: str, rounds: int | None) -> list[str]:
-    return [
-        *method_overrides(name),
-        f"federation.rounds={rounds or smoke.rounds}",
-        f"engine.device={device}",
-        f"engine.backend={backend}",
-    ]
-
-
-class _StopError(Exception):
-    """Raised by :class:`StopBefore` to end a run between two rounds."""
-
-
-class StopBefore(Observer):
-    """Ends a run at the start of round ``rnd`` (0-based), when every earlier round is logged
-    and checkpointed: as a kill between two rounds would, without changing the run's config."""
-
-    def __init__(self, rnd: int) -> None:
-        self.rnd = rnd
-
-    def round_start(self, sim: Any, rnd: int) -> None:
-        if rnd == self.rnd:
-            raise _StopError
-
-
-def run_stopped(smoke: Smoke, name: str, backend: str, total: int, stop: int, out: Path) -> None:
-    """``name``'s run of ``total`` rounds (a checkpoint every round) stopped after ``stop``."""
-    overrides = _overrides(smoke, name, smoke.device, backend, total)
-    cfg = load_config(smoke.config, [*overrides, f"output.dir={out}", "output.checkpoint_every=1"])
-    sim = Simulation(cfg, run_dir=output_path(cfg), quiet=True)
-    with contextlib.suppress(_StopError):
-        run_loop(sim, [*observers_for(sim), StopBefore(stop)])
-
-
-def release(device: str) -> None:
-    import gc
-
-    gc.collect()
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-
-
-def client_states(result: fedpart.api.Result) -> list[dict[str, torch.Tensor]]:
-    sim = result.simulation
-    assert sim is not None
-    return [
-        {k: v.detach().cpu() for k, v in sim.algorithm.eval_state(c).items()}
-        for c in range(sim.data.num_clients)
-    ]
-
-
-def non_finite(result: fedpart.api.Result) -> list[str]:
-    """What in a run is NaN or infinite: metric values (by round and key) and client models."""
-    bad = []
-    for row in result.metrics:
-        for key, value in row.items():
-            if isinstance(value, float) and not math.isfinite(value):
-                bad.append(f"round {row.get('round')} {key}")
-    for c, state in enumerate(client_states(result)):
-        keys = [k for k, v in state.items() if v.is_floating_point() and not v.isfinite().all()]
-        if keys:
-            bad.append(f"client {c} model ({keys[0]}{', ...' if len(keys) > 1 else ''})")
-    return bad
-
-
-def final_accuracy(result: fedpart.api.Result) -> float | None:
-    value = result.summary.get("accuracy", {}).get("final")
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None or math.isnan(x) else f"{100 * x:.2f}"
-
-
-# ----------------------------------------------------------------------------- checks
-def check_accuracy(smoke: Smoke, name: str) -> fedpart.api.Result | None:
-    """The method on the device next to the CPU; returns the device run (the sequential
-    reference of the batched check) or ``None`` when it failed."""
-    try:
-        dev = run_method(smoke, name, smoke.device)
-    except Exception as exc:  # noqa: BLE001 - any failure of a method is this check's finding
-        record(
-            smoke,
-            Outcome("accuracy", name, False, [name, "—", "—", "—", "—", "FAIL"], _error(exc)),
-        )
+# ----------------------------------------------------------------------------- the checks
+def pytest_command(smoke: Smoke, outcomes: Path) -> list[str] | None:
+    """The pytest command of the checks not skipped (``None``: every one is skipped)."""
+    skipped = [test for check, test in TESTS.items() if check in smoke.skip]
+    if len(skipped) == len(TESTS):
         return None
-    if smoke.determinism is None:
-        smoke.determinism = dev.summary.get("determinism")
-    cpu = dev
-    if not smoke.on_cpu:
+    cmd = [sys.executable, "-m", "pytest", str(TEST_FILE), *PYTEST_OPTIONS]
+    cmd += [
+        f"--device={smoke.device}",
+        f"--device-rounds={smoke.rounds}",
+        f"--device-methods={','.join(smoke.methods)}",
+        f"--device-tolerance={smoke.tolerance!r}",
+        f"--device-kill-rounds={smoke.kill_rounds}",
+        f"--device-config={smoke.config}",
+        f"--device-outcomes={outcomes}",
+        f"--basetemp={smoke.work / 'runs'}",
+    ]
+    if smoke.kill_method:
+        cmd.append(f"--device-kill-method={smoke.kill_method}")
+    if skipped:
+        cmd += ["-k", " and ".join(f"not {test}" for test in skipped)]
+    return cmd
+
+
+def run_device_tests(smoke: Smoke) -> None:
+    """The checks' tests in a subprocess, their output relayed to stderr, their outcomes read
+    back (also when interrupted: pytest ends its session on SIGINT)."""
+    outcomes = smoke.work / "outcomes.jsonl"
+    cmd = pytest_command(smoke, outcomes)
+    if cmd is None:
+        return
+    src = str(Path(fedpart.__file__).resolve().parents[1])  # the fedpart this process runs
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *_pythonpath()])}
+    say(f"python -m pytest {shlex.join(cmd[3:])}")
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    code = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:  # interrupted here: pytest (signalled too) ends its session
+            _finish(proc)
+        smoke.outcomes += read_outcomes(outcomes)
+    if code not in (0, 1, 5):  # 5: no test selected
+        detail = f"pytest exited with code {code} (interrupted, a usage or collection error)"
+        smoke.outcomes.append(Outcome("pytest", TEST_FILE.name, False, [], detail))
+    smoke.determinism = next(
+        (o.extra["determinism"] for o in smoke.outcomes if o.extra.get("determinism")), None
+    )
+
+
+def _finish(proc: subprocess.Popen[str]) -> None:
+    """Let an interrupted pytest end its session, its last output relayed; SIGINT it if it goes
+    on, then kill it."""
+    for stop in (None, signal.SIGINT, signal.SIGKILL):
+        if stop is not None:
+            proc.send_signal(stop)
         try:
-            cpu = run_method(smoke, name, "cpu")
-        except Exception as exc:  # noqa: BLE001
-            record(
-                smoke,
-                Outcome(
-                    "accuracy",
-                    name,
-                    False,
-                    [name, "—", "—", "—", "—", "FAIL"],
-                    f"CPU run: {_error(exc)}",
-                ),
-            )
-            return dev
-    if cpu is not dev:
-        smoke.floor[name] = state_gap(dev, cpu)[0]
-    a, b = final_accuracy(dev), final_accuracy(cpu)
-    bad = non_finite(dev) + ([] if cpu is dev else [f"CPU {x}" for x in non_finite(cpu)])
-    diff = None if a is None or b is None else 100 * (a - b)
-    problems = []
-    if diff is None:
-        problems.append("no final accuracy")
-    elif abs(diff) > smoke.tolerance:
-        problems.append(f"differs by {diff:+.2f} points (> {smoke.tolerance:g})")
-    if bad:
-        problems.append("not finite: " + ", ".join(bad[:3]) + (" ..." if len(bad) > 3 else ""))
-    cells = [
-        name,
-        _pct(a),
-        _pct(b) + (" (the device run)" if cpu is dev else ""),
-        "—" if diff is None else f"{diff:+.2f}",
-        "none" if not bad else f"{len(bad)}: {bad[0]}",
-        "ok" if not problems else "FAIL",
-    ]
-    detail = f"device {_pct(a)} %, CPU {_pct(b)} %" if not problems else "; ".join(problems)
-    record(smoke, Outcome("accuracy", name, not problems, cells, detail))
-    del cpu
-    return dev
-
-
-def state_gap(one: fedpart.api.Result, other: fedpart.api.Result) -> tuple[float, bool]:
-    """The largest |Δ| between the two runs' client models, and whether every tensor is within
-    atol :data:`STATE_ATOL` + rtol :data:`STATE_RTOL` (integer tensors: equal)."""
-    gap, close = 0.0, True
-    for a, b in zip(client_states(one), client_states(other), strict=True):
-        for key, x in a.items():
-            y = b[key].to(x.device)
-            if x.is_floating_point():
-                gap = max(gap, float((x.double() - y.double()).abs().max()))
-                close = close and torch.allclose(x, y, atol=STATE_ATOL, rtol=STATE_RTOL)
-            elif not torch.equal(x, y):
-                close = False
-    return gap, close
-
-
-def compare_backends(
-    seq: fedpart.api.Result, bat: fedpart.api.Result, floor: float | None = None
-) -> tuple[list[str], list[str]]:
-    """(problems, cells) of the batched run against the sequential one; ``floor``: the gap
-    between the device's and the CPU's sequential runs (:data:`NOISE_FACTOR`)."""
-    problems = []
-    state_diff, close = state_gap(seq, bat)
-    if not close and not (floor and state_diff <= NOISE_FACTOR * floor):
-        problems.append(
-            f"client models differ by up to {state_diff:.2e}"
-            + (f" (device vs CPU: {floor:.2e})" if floor is not None else "")
-        )
-    loss_diff = acc_diff = 0.0
-    counters_equal = len(seq.metrics) == len(bat.metrics)
-    for r1, r2 in zip(seq.metrics, bat.metrics, strict=False):
-        l1, l2 = r1.get("train_loss"), r2.get("train_loss")
-        if isinstance(l1, float) and isinstance(l2, float):
-            loss_diff = max(loss_diff, abs(l1 - l2) / max(abs(l1), 1e-12))
-        for key in ("accuracy", "accuracy_weighted"):
-            v1, v2 = r1.get(key), r2.get(key)
-            if isinstance(v1, float) and isinstance(v2, float):
-                acc_diff = max(acc_diff, abs(v1 - v2))
-        counters_equal = counters_equal and all(r1.get(k) == r2.get(k) for k in COUNTERS)
-    if loss_diff > LOSS_RTOL:
-        problems.append(f"train loss differs by {loss_diff:.2e} (relative)")
-    if acc_diff > ACCURACY_ABS:
-        problems.append(f"accuracy differs by {100 * acc_diff:.2f} points")
-    if not counters_equal:
-        problems.append("counters (bytes, multiply-adds, participants) differ")
-    cells = [
-        f"{state_diff:.1e}",
-        "—" if floor is None else f"{floor:.1e}",
-        f"{loss_diff:.1e}",
-        f"{100 * acc_diff:.2f}",
-        "yes" if counters_equal else "NO",
-    ]
-    return problems, cells
-
-
-def check_batched(smoke: Smoke, name: str, seq: fedpart.api.Result | None) -> None:
-    if "batched" not in ALGORITHMS[name].backends:
-        record(
-            smoke,
-            Outcome("batched", name, None, [name, "sequential only", "—", "—", "—", "—", "—", "—"]),
-        )
+            rest, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            continue
+        sys.stderr.write(rest or "")
         return
-    if seq is None:
-        record(
-            smoke,
-            Outcome(
-                "batched",
-                name,
-                False,
-                [name, "—", "—", "—", "—", "—", "—", "FAIL"],
-                "no sequential run to compare with",
-            ),
-        )
-        return
-    try:
-        bat = run_method(smoke, name, smoke.device, backend="batched")
-    except FedpartError as exc:
-        if "batched is not possible" in str(exc):
-            why = str(exc).split("batched is not possible here: ", 1)[-1]
-            short = "BatchNorm" if "buffers" in why else why[:60]
-            record(
-                smoke,
-                Outcome(
-                    "batched", name, None, [name, f"n/a ({short})", "—", "—", "—", "—", "—", "—"]
-                ),
-            )
-            return
-        record(
-            smoke,
-            Outcome(
-                "batched",
-                name,
-                False,
-                [name, "error", "—", "—", "—", "—", "—", "FAIL"],
-                _error(exc),
-            ),
-        )
-        return
-    except Exception as exc:  # noqa: BLE001
-        record(
-            smoke,
-            Outcome(
-                "batched",
-                name,
-                False,
-                [name, "error", "—", "—", "—", "—", "—", "FAIL"],
-                _error(exc),
-            ),
-        )
-        return
-    problems, cells = compare_backends(seq, bat, smoke.floor.get(name))
-    backend = bat.simulation.backend if bat.simulation is not None else "batched"
-    record(
-        smoke,
-        Outcome(
-            "batched",
-            name,
-            not problems,
-            [name, backend, *cells, "ok" if not problems else "FAIL"],
-            "; ".join(problems)
-            or f"max abs. Δ {cells[0]}"
-            + (f" (device vs CPU {cells[1]})" if name in smoke.floor else ""),
-        ),
-    )
 
 
-def read_run(path: Path) -> tuple[list[str], dict[str, Any], dict[str, torch.Tensor]]:
-    """A run directory's metrics rows (as JSON text, wall times removed: NaN equals NaN), its
-    summary (wall time removed) and its checkpoint tensors."""
-    rows = []
-    for line in (path / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        row.pop("wall_seconds", None)
-        rows.append(json.dumps(row, sort_keys=True))
-    summary = json.loads((path / "summary.json").read_text())
-    summary.pop("wall_seconds", None)
-    tensors = load_file(str(path / "checkpoint" / "state.safetensors"))
-    return rows, summary, tensors
+def _pythonpath() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
-def same_runs(a: Path, b: Path) -> tuple[list[str], list[str]]:
-    """(problems, cells) of run ``b`` against run ``a``: every metric, the summary and every
-    checkpoint tensor, exactly."""
-    rows_a, sum_a, ten_a = read_run(a)
-    rows_b, sum_b, ten_b = read_run(b)
-    problems = []
-    rows_equal = rows_a == rows_b
-    if not rows_equal:
-        first = next(
-            (i for i, (x, y) in enumerate(zip(rows_a, rows_b, strict=False)) if x != y),
-            min(len(rows_a), len(rows_b)),
-        )
-        problems.append(
-            f"metrics.jsonl differs from row {first} ({len(rows_a)} vs {len(rows_b)} rows)"
-        )
-    summary_equal = json.dumps(sum_a, sort_keys=True) == json.dumps(sum_b, sort_keys=True)
-    if not summary_equal:
-        keys = sorted(k for k in sum_a.keys() | sum_b.keys() if sum_a.get(k) != sum_b.get(k))
-        problems.append("summary.json differs at " + ", ".join(keys[:4]))
-    tensors_equal = ten_a.keys() == ten_b.keys() and all(
-        torch.equal(ten_a[k], ten_b[k]) for k in ten_a
-    )
-    if not tensors_equal:
-        problems.append("checkpoint tensors differ")
-    cells = [
-        f"{len(rows_a)} rows: " + ("equal" if rows_equal else "DIFFER"),
-        "equal" if summary_equal else "DIFFER",
-        f"{len(ten_a)} tensors: " + ("bit-identical" if tensors_equal else "DIFFER"),
-    ]
-    return problems, cells
-
-
-def check_resume(smoke: Smoke, name: str) -> None:
-    total = max(smoke.rounds, 2)
-    stop = total // 2
-    backends = ["sequential"]
-    if "batched" in ALGORITHMS[name].backends:
-        backends.append("batched")
-    for backend in backends:
-        subject = f"{name}, {backend}"
-        where = smoke.work / "resume" / f"{name}-{backend}"
-        try:
-            run_method(smoke, name, smoke.device, backend, total, where / "straight")
-            run_stopped(smoke, name, backend, total, stop, where / "stopped")
-            fedpart.resume(where / "stopped")
-            problems, cells = same_runs(where / "straight", where / "stopped")
-        except FedpartError as exc:
-            if backend == "batched" and "batched is not possible" in str(exc):
-                continue  # the model cannot be batched (the batched check says why)
-            problems, cells = [_error(exc)], ["—", "—", "—"]
-        except Exception as exc:  # noqa: BLE001
-            problems, cells = [_error(exc)], ["—", "—", "—"]
-        record(
-            smoke,
-            Outcome(
-                "resume",
-                subject,
-                not problems,
-                [
-                    name,
-                    backend,
-                    f"{total} / {stop} + {total - stop}",
-                    *cells,
-                    "ok" if not problems else "FAIL",
-                ],
-                "; ".join(problems),
-            ),
-        )
-        release(smoke.device)
-
-
-def _rows_written(path: Path) -> int:
-    """Complete rows of a metrics.jsonl being written (a torn last line does not count)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return 0
-    return text.count("\n")
-
-
-def _checkpoint_round(run: Path) -> int | None:
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        return int(json.loads((run / "checkpoint" / "meta.json").read_text())["rounds_completed"])
-    return None
-
-
-def check_kill(smoke: Smoke) -> None:
-    """``fedpart run`` killed with SIGKILL half-way, resumed with ``fedpart run --resume``."""
-    name = smoke.kill_method or ("fedavg" if "fedavg" in smoke.methods else smoke.methods[0])
-    total = smoke.kill_rounds
-    kill_after = max(1, total // 2)
-    where = smoke.work / "kill"
-    killed = where / "killed"
-    overrides = [
-        *method_overrides(name),
-        f"federation.rounds={total}",
-        f"engine.device={smoke.device}",
-        "engine.backend=sequential",
-        "output.checkpoint_every=1",
-    ]
-    cli = [sys.executable, "-m", "fedpart.cli"]
-    where.mkdir(parents=True, exist_ok=True)
-    problems: list[str] = []
-    how = "—"
-    try:
-        say(f"kill {name}: uninterrupted run of {total} rounds ...")
-        fedpart.run(smoke.config, [*overrides, f"output.dir={where / 'straight'}"])
-        say(f"kill {name}: fedpart run in a subprocess, SIGKILL after {kill_after} rounds ...")
-        with open(where / "run.log", "w") as log:
-            proc = subprocess.Popen(
-                [*cli, "run", str(smoke.config), *overrides, f"output.dir={killed}", "--quiet"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            deadline = time.monotonic() + 600
-            while proc.poll() is None:
-                if _rows_written(killed / "metrics.jsonl") >= kill_after:
-                    proc.send_signal(signal.SIGKILL)
-                    break
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    break
-                time.sleep(0.005)
-            proc.wait()
-        rows = _rows_written(killed / "metrics.jsonl")
-        ckpt = _checkpoint_round(killed)
-        how = f"after {rows} of {total} rounds logged, checkpoint of {ckpt} rounds"
-        if proc.returncode != -signal.SIGKILL:
-            tail = (where / "run.log").read_text().strip().splitlines()[-1:] or [""]
-            raise RuntimeError(
-                f"the run was not killed mid-run (exit code {proc.returncode}; {tail[0]}); "
-                "raise --kill-rounds"
-            )
-        say(f"kill {name}: killed {how}; fedpart run --resume ...")
-        res = subprocess.run(
-            [*cli, "run", "--resume", str(killed), "--quiet"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if res.returncode != 0:
-            last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"fedpart run --resume exited {res.returncode}: {last}")
-        problems, cells = same_runs(where / "straight", killed)
-    except Exception as exc:  # noqa: BLE001
-        problems, cells = [_error(exc)], ["—", "—", "—"]
-    record(
-        smoke,
-        Outcome(
-            "kill",
-            name,
-            not problems,
-            [name, f"{total}", how, *cells, "ok" if not problems else "FAIL"],
-            "; ".join(problems),
-        ),
-    )
-
-
+# ----------------------------------------------------------------------------- timing
 def check_timing(smoke: Smoke) -> None:
     """``fedpart bench --device DEVICE`` through the harness (its parser, runner and report)."""
     argv = ["--device", smoke.device]
@@ -696,8 +297,9 @@ def format_report(smoke: Smoke) -> str:
     title = "GPU results: `fedpart bench --device` and the GPU smoke test"
     lines = [f"# {title}", ""]
     lines += [
-        "The report of `benchmarks/gpu_smoke.py` (the command below). It runs every registered "
-        "method of the quick start (`configs/quickstart.yaml`: the bundled digits, 20 clients, a "
+        "The report of `benchmarks/gpu_smoke.py` (the command below): the device checks of "
+        "`tests/test_device_checks.py` (`python -m pytest --device DEVICE`) and the timings. It "
+        "runs every registered method of the quick start (`configs/quickstart.yaml`: the bundled digits, 20 clients, a "
         "quarter-width FedAvgCNN) on the device next to the same run on the CPU, the batched "
         "backend against the sequential one on the device, a bit-identical resume per method and "
         "backend, a run killed with SIGKILL and resumed, and the timings of "
@@ -727,6 +329,8 @@ def format_report(smoke: Smoke) -> str:
     )
     lines.append(f"- wall time: {time.perf_counter() - smoke.started:.1f} s")
     verdict = "all checks passed" if not failed else f"{len(failed)} check(s) FAILED"
+    if smoke.interrupted:
+        verdict = "interrupted (SIGINT) before the end" + ("" if not failed else f"; {verdict}")
     lines.append(f"- result: **{verdict}** ({len(passed)} passed, {len(failed)} failed)")
 
     lines += ["", "## Targets", ""]
@@ -752,7 +356,6 @@ def format_report(smoke: Smoke) -> str:
             "equal (each device's default convolution layout: channels-last on the CPU, "
             f"contiguous on CUDA); Δ = device − CPU in points (fails above {smoke.tolerance:g}); *not finite* = "
             "NaN or infinite metric values and client models of the device run.",
-            ["method", "device accuracy %", "CPU accuracy %", "Δ points", "not finite", "result"],
         ),
         (
             "batched",
@@ -764,16 +367,6 @@ def format_report(smoke: Smoke) -> str:
             f"above that tolerance passes when it is at most {NOISE_FACTOR:g}x the gap between "
             "the device's and the CPU's sequential runs of the method (*device vs CPU*): the "
             "same rounding, grown by long training (fedseqlayer's 10 fine-tuning epochs).",
-            [
-                "method",
-                "backend",
-                "max abs. Δ model",
-                "device vs CPU Δ model",
-                "max rel. Δ train loss",
-                "max Δ accuracy (points)",
-                "counters equal",
-                "result",
-            ],
         ),
         (
             "resume",
@@ -783,27 +376,30 @@ def format_report(smoke: Smoke) -> str:
             f"N = {max(smoke.rounds, 2)}), a checkpoint every "
             "round, the engine's deterministic settings: every metrics.jsonl row and summary.json "
             "(wall times aside) and every checkpoint tensor exactly.",
-            ["method", "backend", "rounds", "metrics", "summary", "checkpoint", "result"],
         ),
         (
             "kill",
             "Kill and resume",
             "`fedpart run` in a subprocess, SIGKILL once half of its rounds are logged, then "
             "`fedpart run --resume`; compared exactly with the uninterrupted run.",
-            ["method", "rounds", "killed", "metrics", "summary", "checkpoint", "result"],
         ),
     ]
-    for check, heading, legend, header in sections:
+    for check, heading, legend in sections:
         lines += ["", f"## {heading}", ""]
         if check in smoke.skip:
             lines.append("skipped (`--skip` / `--quick`).")
             continue
         rows = _section(smoke, check)
         lines += [legend, ""]
-        lines += _table(header, [o.cells for o in rows])
+        lines += _table(HEADERS[check], [o.cells for o in rows])
         fails = _failures(rows)
         if fails:
             lines += ["", "Failures:", ""] + fails
+
+    others = _failures(_section(smoke, "pytest"))
+    if others:
+        lines += ["", "## Other failures", "", "Tests that failed outside their check:", ""]
+        lines += others
 
     lines += ["", "## Timings: `fedpart bench`", ""]
     if "timing" in smoke.skip:
@@ -918,8 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=name,
         rounds=args.rounds,
         methods=methods,
-        config=Path(args.config),
-        work=work,
+        config=Path(args.config).resolve(),
+        work=work.resolve(),
         tolerance=args.tolerance,
         skip=set(args.skip) | (set(QUICK_SKIP) if args.quick else set()),
         kill_rounds=args.kill_rounds,
@@ -933,7 +529,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"device {name}; {len(methods)} method(s), {args.rounds} round(s); run directories in {work}"
     )
     try:
-        run_checks(smoke)
+        run_device_tests(smoke)
+        if "timing" not in smoke.skip:
+            check_timing(smoke)
+    except KeyboardInterrupt:
+        smoke.interrupted = True
+        raise
     finally:
         report = format_report(smoke)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -946,44 +547,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ("all checks passed" if not failed else f"{len(failed)} check(s) FAILED")
     )
     return 1 if failed else 0
-
-
-def run_checks(smoke: Smoke) -> None:
-    steps: list[tuple[str, Callable[[], None]]] = []
-    per_method = [c for c in ("accuracy", "batched", "resume") if c not in smoke.skip]
-    for name in smoke.methods:
-
-        def one(name: str = name) -> None:
-            seq = None
-            if "accuracy" in per_method or "batched" in per_method:
-                seq = (
-                    check_accuracy(smoke, name)
-                    if "accuracy" in per_method
-                    else _reference(smoke, name)
-                )
-            if "batched" in per_method:
-                check_batched(smoke, name, seq)
-            del seq
-            release(smoke.device)
-            if "resume" in per_method:
-                check_resume(smoke, name)
-
-        steps.append((name, one))
-    if "kill" not in smoke.skip:
-        steps.append(("kill", lambda: check_kill(smoke)))
-    if "timing" not in smoke.skip:
-        steps.append(("timing", lambda: check_timing(smoke)))
-    for _, step in steps:
-        step()
-
-
-def _reference(smoke: Smoke, name: str) -> fedpart.api.Result | None:
-    """The sequential run on the device, when the accuracy check (which makes it) is skipped."""
-    try:
-        return run_method(smoke, name, smoke.device)
-    except Exception as exc:  # noqa: BLE001
-        say(f"batched {name}: the sequential reference failed: {_error(exc)}")
-        return None
 
 
 if __name__ == "__main__":

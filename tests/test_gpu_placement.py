@@ -46,7 +46,7 @@ def _method(name: str) -> list[str]:
     return [f"algorithm.name={name}", *extra]
 
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU: use gpu_smoke.py")
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU: --device cuda")
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""``benchmarks/gpu_smoke.py`` checks itself on the CPU: its checks run, pass, fail when they
-should, and its report is written."""
+"""``benchmarks/gpu_smoke.py`` checks itself on the CPU: it runs the device checks
+(``tests/test_device_checks.py`` with ``--device cpu``), they pass, fail when they should, and
+its report is written. The device checks themselves are skipped in the CPU suite (no
+``--device``); these tests keep them working."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from types import ModuleType
 import pytest
 import torch
 
+import device_checks
 from interpreter import interpreter_env
 from markdown_tables import tables as read_tables
 
@@ -155,14 +158,13 @@ def test_a_batched_gap_within_the_device_rounding_passes(monkeypatch):
     """A model gap above the tolerance passes only within NOISE_FACTOR x the device-vs-CPU gap."""
     from types import SimpleNamespace
 
-    smoke = _load()
     seq = SimpleNamespace(metrics=[{"train_loss": 1.0, "accuracy": 0.5}])
     bat = SimpleNamespace(metrics=[{"train_loss": 1.0, "accuracy": 0.5}])
     states = {id(seq): [{"w": torch.zeros(3)}], id(bat): [{"w": torch.tensor([0.0, 5e-3, 0.0])}]}
-    monkeypatch.setattr(smoke, "client_states", lambda r: states[id(r)])
-    assert smoke.compare_backends(seq, bat)[0] == ["client models differ by up to 5.00e-03"]
-    assert smoke.compare_backends(seq, bat, floor=1e-3)[0] == []
-    problems, cells = smoke.compare_backends(seq, bat, floor=1e-4)
+    monkeypatch.setattr(device_checks, "client_states", lambda r: states[id(r)])
+    assert device_checks.compare_backends(seq, bat)[0] == ["client models differ by up to 5.00e-03"]
+    assert device_checks.compare_backends(seq, bat, floor=1e-3)[0] == []
+    problems, cells = device_checks.compare_backends(seq, bat, floor=1e-4)
     assert problems == ["client models differ by up to 5.00e-03 (device vs CPU: 1.00e-04)"]
     assert cells[:2] == ["5.0e-03", "1.0e-04"]
 

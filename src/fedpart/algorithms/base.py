@@ -21,6 +21,7 @@ from fedpart.models.base import batchnorm_keys
 
 if TYPE_CHECKING:
     from fedpart.engine.context import MethodContext
+    from fedpart.topology import Graph
 
 State = dict[str, torch.Tensor]
 
@@ -35,7 +36,9 @@ class Algorithm:
 
     Class attributes a method sets:
       ``name``: registry name; ``summary``: one line for ``fedpart list``;
-      ``setting``: ``centralized``, ``cloud-edge`` or ``decentralized``;
+      ``setting``: ``centralized``, ``cloud-edge`` or ``decentralized`` (``peer_to_peer``
+      exactly for ``decentralized``: :class:`~fedpart.algorithms.decentralized.Decentralized`
+      sets both);
       ``Options``: a dataclass of the method's hyperparameters (``algorithm.*`` keys), whose
       fields carry a ``doc`` and their limits (``ge``, ``gt``, ``le``, ``lt``, ``choices``:
       ``fedpart.config.check_limits``) in their metadata, and which may define ``validate()``
@@ -70,6 +73,21 @@ class Algorithm:
     #: whether clients exchange anything; a method that does and keeps every block personal
     #: is refused (only ``local`` keeps all by design)
     communicates: ClassVar[bool] = True
+    #: whether the clients exchange with each other along a graph, with no server: the engine
+    #: then builds the run's topology (``default_topology`` under ``topology.name=auto``) and
+    #: runs the decentralized round, every client training and :meth:`communicate` before
+    #: (``mix_first``) or after it; else the server round (sample, train, upload, aggregate)
+    peer_to_peer: ClassVar[bool] = False
+    default_topology: ClassVar[dict[str, Any]] = {}
+    mix_first: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.peer_to_peer != (cls.setting == "decentralized"):
+            raise TypeError(
+                f"{cls.__name__}: setting {cls.setting!r} with peer_to_peer={cls.peer_to_peer}; "
+                "a decentralized method subclasses fedpart.algorithms.decentralized.Decentralized"
+            )
 
     def __init__(self, options: Any, ctx: MethodContext) -> None:
         self.options = options
@@ -221,6 +239,11 @@ class Algorithm:
     def round_metrics(self) -> dict[str, Any]:
         """Method-specific numbers of the round just run, added to its ``metrics.jsonl`` row."""
         return {}
+
+    def communicate(self, rnd: int, graph: Graph) -> None:
+        """A :attr:`peer_to_peer` method's exchange of round ``rnd`` along ``graph`` (the
+        decentralized round calls it; a server's method has none)."""
+        raise NotImplementedError(f"{self.name} exchanges through a server, not along a graph")
 
     def finish(self) -> bool:
         """Called after the last round, before the final evaluation (e.g. fine-tuning).

@@ -28,10 +28,10 @@ class Decentralized(Algorithm):
     """
 
     setting = "decentralized"
+    peer_to_peer = True
     has_global_model = False
     default_topology: ClassVar[dict[str, Any]] = {"name": "kregular", "neighbors": 10}
     mixing: ClassVar[str] = "metropolis"
-    mix_first: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ state
     def stored_blocks(self) -> set[str]:

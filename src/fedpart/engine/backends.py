@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from fedpart.engine.store import compact_state
 from fedpart.engine.training import TrainResult, TrainSettings
 from fedpart.errors import FedpartError
 from fedpart.models import BlockModel
+
+if TYPE_CHECKING:
+    from fedpart.engine.context import Method
 
 State = dict[str, torch.Tensor]
 
@@ -44,15 +47,13 @@ PARALLEL_MIN_CLIENT_MACS = 1e9
 
 
 def round_macs(
-    cfg: Config, algorithm: Any, model: BlockModel, data: FederatedData
+    cfg: Config, algorithm: Method, model: BlockModel, data: FederatedData
 ) -> tuple[float, float]:
     """An estimate of one round's local-training multiply-adds, in all and per participant: the
     participants' training samples × local epochs × the whole model's forward + backward
     multiply-adds per sample."""
     n = data.num_clients
-    per_round = (
-        n if algorithm.setting == "decentralized" else max(1, round(cfg.federation.join_ratio * n))
-    )
+    per_round = n if algorithm.peer_to_peer else max(1, round(cfg.federation.join_ratio * n))
     mean_train = sum(c.num_train for c in data.clients) / max(1, n)
     counter = MacCounter(model, tuple(data.bundle.input_shape), data.num_classes)
     state = dict(model.state_dict())

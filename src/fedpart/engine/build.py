@@ -9,7 +9,7 @@ after the data and the capacity profile exist, and the method is constructed bef
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from fedpart.models import BlockModel, build_model
 from fedpart.registry import methods
 from fedpart.seeding import seed_for
 from fedpart.topology import Topology, build_topology
+
+if TYPE_CHECKING:
+    from fedpart.engine.context import Method
 
 
 def plain(value: Any) -> Any:
@@ -154,9 +157,9 @@ def client_store(model: BlockModel, algorithm: Any) -> ClientStateStore:
     )
 
 
-def run_topology(cfg: Config, algorithm: Any, num_clients: int) -> Topology | None:
-    """A decentralized method's graphs over the rounds; ``None`` for a server's methods."""
-    if algorithm.setting != "decentralized":
+def run_topology(cfg: Config, algorithm: Method, num_clients: int) -> Topology | None:
+    """A peer-to-peer method's graphs over the rounds; ``None`` for a server's methods."""
+    if not algorithm.peer_to_peer:
         return None
     return build_topology(cfg, num_clients, algorithm.default_topology)
 

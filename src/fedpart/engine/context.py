@@ -12,13 +12,17 @@ The engine fills it in the order a run is built: ``cfg``, ``data``, ``device`` a
 the method has shaped them (``wrap_model``, ``stored_blocks``); ``exchange`` when a
 decentralized round starts; ``rounds_completed`` as rounds end. A test builds one directly
 from a three-block model and a few tensors (``tests/test_toy_methods.py``).
+
+:class:`Method` is the other direction: what the engine and the context call on a method. The
+engine never imports the methods (``tests/test_import_layers.py``); every method's base,
+``fedpart.algorithms.base.Algorithm``, declares each of these members.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -27,11 +31,41 @@ from fedpart.engine.rounds import train_settings
 from fedpart.engine.store import ClientStateStore
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
 
-__all__ = ["MethodContext"]
+if TYPE_CHECKING:
+    from fedpart.engine.capacity import CapacityProfile
+    from fedpart.engine.data import FederatedData
+    from fedpart.engine.decentralized import Exchange
+    from fedpart.engine.recipe import Recipe
+    from fedpart.models import BlockModel
+    from fedpart.topology import Graph
+
+__all__ = ["Method", "MethodContext"]
 
 State = dict[str, torch.Tensor]
 #: ``(epochs, start) -> {client: state}``: the run's fine-tuning of every client
 Finetune = Callable[[int, Any], dict[int, State]]
+
+
+class Method(Protocol):
+    """What the engine and :class:`MethodContext` use of a method beyond its server-round
+    hooks: the client's model and training, and whether it runs peer to peer.
+
+    ``peer_to_peer``: the clients exchange along a graph, with no server; the engine then
+    builds the run's topology (``default_topology`` under ``topology.name=auto``) and runs the
+    decentralized round, which calls ``communicate`` before local training when ``mix_first``,
+    else after it. Declared once per class, read by the engine where a run is built and sized;
+    no hook is looked up to find it out.
+    """
+
+    name: ClassVar[str]
+    peer_to_peer: ClassVar[bool]
+    default_topology: ClassVar[dict[str, Any]]
+    mix_first: ClassVar[bool]
+
+    def communicate(self, rnd: int, graph: Graph) -> None: ...
+    def model_for(self, client: int) -> Any: ...
+    def recipe(self, rnd: int, client: int) -> Recipe: ...
+    def frozen_blocks(self, rnd: int) -> set[str]: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -40,14 +74,14 @@ class MethodContext:
     capacity profile, the decentralized round's exchange, the round counter, and training."""
 
     cfg: Config
-    data: Any  #: the ``FederatedData`` on the device
+    data: FederatedData  #: the federated data on the device
     device: torch.device
-    capacity: Any = None  #: every client's capacity and width (``engine.capacity``)
-    model: Any = None  #: the run's ``BlockModel`` as the method wrapped it (set once built)
+    capacity: CapacityProfile | None = None  #: every client's capacity and width
+    model: BlockModel | None = None  #: the run's model as the method wrapped it (once built)
     store: ClientStateStore | None = None  #: set once the model exists
-    exchange: Any = None  #: the bytes of a decentralized round's messages (None outside one)
+    exchange: Exchange | None = None  #: a decentralized round's messages' bytes (else None)
     rounds_completed: int = 0
-    algorithm: Any = None  #: the method itself (helpers shared by methods reach it here)
+    algorithm: Method | None = None  #: the method itself (helpers shared by methods reach it)
     #: how the run fine-tunes every client (:meth:`finetune_all`), set by the engine
     finetune: Finetune | None = field(default=None, repr=False)
 
@@ -65,6 +99,7 @@ class MethodContext:
     ) -> TrainResult:
         """A client's local training from ``start`` (the method's recipe unless one is given)."""
         algo = self.algorithm
+        assert algo is not None, "the method is set once it exists"
         return train_client(
             algo.model_for(client),
             start,

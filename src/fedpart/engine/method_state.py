@@ -67,6 +67,12 @@ def _in_order(loaded: dict[str, Any], current: Any) -> dict[str, Any]:
     return {k: loaded[k] for k in [*first, *(k for k in loaded if k not in first)]}
 
 
+def _model_keys(method: Any) -> dict[str, None]:
+    """The run model's state keys in order (empty when the method has no model in view)."""
+    model = getattr(getattr(method, "ctx", None), "model", None)
+    return dict.fromkeys(model.state_dict()) if model is not None else {}
+
+
 @dataclasses.dataclass(frozen=True)
 class Tensor(Field):
     """One tensor (``None``: nothing saved), restored as ``dtype`` when given."""
@@ -124,7 +130,10 @@ class PerClient(Field):
         for name, value in _entries(tensors, self._prefix()).items():
             client, _, key = name.partition("/")
             out.setdefault(int(client), {})[key] = value
-        self.set(method, out)
+        # a checkpoint file lists its keys sorted: each client's state goes back in the model's
+        # key order (what the method built it in, and what stacking clients together needs)
+        order = _model_keys(method)
+        self.set(method, {client: _in_order(state, order) for client, state in out.items()})
 
 
 @dataclasses.dataclass(frozen=True)
