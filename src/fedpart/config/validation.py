@@ -114,7 +114,7 @@ def validate(cfg: ConfigData) -> None:
     _choice(
         "federation.batchnorm_stats", f.batchnorm_stats, ("shared", "local"), "BatchNorm statistics"
     )
-    _check_client_faults(cfg, algo_cls.setting)
+    _check_client_faults(cfg, algo_cls)
     _check_capacity(cfg)
 
     from fedpart.topology import TOPOLOGIES, WEIGHTS
@@ -126,13 +126,13 @@ def validate(cfg: ConfigData) -> None:
     _choice("topology.name", cfg.topology.name, ("auto", "server", *TOPOLOGIES), "topology")
     _choice("topology.weights", cfg.topology.weights, ("auto", *WEIGHTS), "mixing weights")
     setting = algo_cls.setting
-    if setting == "decentralized" and cfg.topology.name == "server":
+    if algo_cls.peer_to_peer and cfg.topology.name == "server":
         raise ConfigError(
             "topology.name",
             f"{cfg.algorithm.name} is decentralized and has no server; choose one of: auto, "
             + ", ".join(TOPOLOGIES),
         )
-    if setting != "decentralized" and cfg.topology.name not in ("auto", "server"):
+    if not algo_cls.peer_to_peer and cfg.topology.name not in ("auto", "server"):
         raise ConfigError(
             "topology.name",
             f"{cfg.algorithm.name} is a {setting} method; it runs with topology.name=auto or server",
@@ -174,7 +174,7 @@ FAILURE_MODES = ("drop", "straggle")
 NONFINITE_RULES = ("stop", "skip_client")
 
 
-def _check_client_faults(cfg: ConfigData, setting: str) -> None:
+def _check_client_faults(cfg: ConfigData, algo_cls: Any) -> None:
     """``federation.client_failure*`` and ``on_nonfinite``: ranges, and only where a server is."""
     f = cfg.federation
     _range("federation.client_failure", f.client_failure, 0.0, 1.0)
@@ -188,7 +188,7 @@ def _check_client_faults(cfg: ConfigData, setting: str) -> None:
                 f"expected [round, client] with round >= 0 and 0 <= client < "
                 f"{cfg.partition.num_clients}, got {entry}",
             )
-    if setting == "decentralized" and (f.client_failure or f.client_failure_schedule):
+    if algo_cls.peer_to_peer and (f.client_failure or f.client_failure_schedule):
         raise ConfigError(
             "federation.client_failure",
             f"{cfg.algorithm.name} is decentralized (no server to fail to return to); "
