@@ -109,6 +109,9 @@ def test_bench_smoke_report_has_every_column(tmp_path, capsys):
     # every variant trained on the same samples
     assert len({rows[v]["client-samples/round"] for v in rows}) == 1
     assert rows["batched"]["backend"] == "batched"
+    # one extra, untimed round counted per variant; the worker processes' work is not seen
+    assert _number(rows["batched"]["ops/round"]) > 0
+    assert rows["processes x2"]["ops/round"] == rows["processes x2"]["syncs/round"] == "—"
 
     (scale,) = tables["scale1000"]
     assert list(scale) == SCALE_COLUMNS

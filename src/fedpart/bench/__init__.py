@@ -26,6 +26,10 @@ and warm-up round; the report gives the peak minus the RSS just before it (the v
 increment) and the absolute peak (which includes the variants set up before it). Freed memory is
 handed back to the OS (``malloc_trim``) before each variant so that leftovers do not hide it.
 
+After the timed rounds, each variant runs its last round once more, untimed, under a
+:class:`~fedpart.bench.dispatch.DispatchCounter`: the report's *ops/round* and *syncs/round*
+(``--counts false`` skips it; the process backend's work, in its workers, is not counted).
+
 The ``scale1000`` workload runs one FedPer round of the default backend with 1,000 clients
 (10% participation) and evaluates all of them, reporting time and peak memory only.
 
@@ -43,7 +47,8 @@ before it). The report adds batched / sequential and batched / ceiling ratios an
 
 The modules: :mod:`~fedpart.bench.workloads` (the workloads and the parsed options),
 :mod:`~fedpart.bench.memory` and :mod:`~fedpart.bench.devices` (what is measured, and where),
-:mod:`~fedpart.bench.measure` (the runners and the interleaved rounds),
+:mod:`~fedpart.bench.dispatch` (the ATen operators and host synchronisations of a round),
+:mod:`~fedpart.bench.measure` (the runners, the interleaved rounds and the counted round),
 :mod:`~fedpart.bench.ratios` (speed ratios, notes, GPU targets), :mod:`~fedpart.bench.running`
 (a workload's variants; :func:`~fedpart.bench.running.run_bench` returns the measurements as
 data), :mod:`~fedpart.bench.report` (the markdown report), :mod:`~fedpart.bench.cli`

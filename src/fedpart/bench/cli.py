@@ -88,6 +88,14 @@ def build_parser(prog: str = "fedpart bench") -> argparse.ArgumentParser:
         "true); on CUDA it pins cuDNN/cuBLAS kernels and turns TF32 off",
     )
     p.add_argument("--repeats", type=_positive, default=3, help="timed rounds (default 3)")
+    p.add_argument(
+        "--counts",
+        type=_bool,
+        default=True,
+        help="true (default) or false: after the timed rounds, run each variant's last round "
+        "once more, untimed, counting its ATen operators and host synchronisations (the "
+        "ops/round and syncs/round columns)",
+    )
     p.add_argument("--threads", type=_positive, default=1, help="torch threads (default 1)")
     p.add_argument(
         "--data-root", default=None, help="dataset folder (default ../shared/data from the repo)"
@@ -184,6 +192,7 @@ def parse_args(argv: Sequence[str]) -> BenchOptions:
         device=args.device,
         variants=variants,
         deterministic=args.deterministic,
+        counts=args.counts,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from fedpart.bench.devices import GpuPeak, synchronize
+from fedpart.bench.dispatch import DispatchCounter
 from fedpart.bench.memory import RssSampler, release_memory
 from fedpart.bench.workloads import Workload
 from fedpart.config import Config
@@ -33,6 +34,12 @@ class Runner(Protocol):
     def train_round(self, rnd: int) -> int: ...
 
     def evaluate(self) -> dict[str, Any] | None: ...
+
+
+def in_process(runner: Runner) -> bool:
+    """Whether a runner computes in this process (the process and Ray backends' local training
+    runs elsewhere, where no dispatch mode of this process sees it)."""
+    return not str(runner.backend).startswith(("processes", "ray"))
 
 
 class EngineRunner:
@@ -138,6 +145,10 @@ class VariantResult:
     gpu_peak_bytes: int | None = None
     accuracy: float | None = None
     rounds: list[dict[str, float]] = field(default_factory=list)
+    #: the ATen operators and host synchronisations of one counted round (training, then
+    #: evaluation; :class:`~fedpart.bench.dispatch.DispatchCounter`); ``None``: not counted
+    ops_per_round: int | None = None
+    syncs_per_round: int | None = None
 
 
 @dataclass
@@ -157,6 +168,19 @@ class _Live:
     gpu_peak_delta_bytes: int | None = None
     gpu_round_bytes: int | None = None
     gpu_peak_bytes: int | None = None
+    ops: int | None = None
+    syncs: int | None = None
+
+    def count(self, rnd: int) -> None:
+        """Round ``rnd`` once more (training, then evaluation), untimed, under a
+        :class:`~fedpart.bench.dispatch.DispatchCounter`: its operators and host
+        synchronisations. A runner whose work runs in other processes is not counted."""
+        if not in_process(self.runner):
+            return
+        with DispatchCounter(self.device or "cpu") as counter:
+            self.runner.train_round(rnd)
+            self.runner.evaluate()
+        self.ops, self.syncs = counter.total_ops, counter.total_syncs
 
     def round(self, rnd: int, timed: bool) -> None:
         """One round (training, then evaluation), timed; on a GPU the round's peak memory is
@@ -198,6 +222,8 @@ class _Live:
             gpu_peak_bytes=self.gpu_peak_bytes,
             accuracy=self.accuracy,
             rounds=rows,
+            ops_per_round=self.ops,
+            syncs_per_round=self.syncs,
         )
 
 
@@ -224,12 +250,15 @@ def measure_interleaved(
     plan: Sequence[tuple[str, Callable[[], Runner]]],
     repeats: int,
     device: torch.device | None = None,
+    count: bool = False,
 ) -> list[VariantResult]:
     """Set every variant up (with its warm-up round, one at a time, for memory), then run the
     timed rounds interleaved: round ``r`` of every variant before round ``r + 1`` of any, the
     starting variant rotating, so that a slow spell of a shared machine falls on all variants
     rather than on whichever happened to run then. On a GPU (``device``) every timer is read
-    after synchronising it."""
+    after synchronising it. With ``count``, every variant then runs the last timed round's
+    index once more, untimed, under a dispatch counter (:meth:`_Live.count`): the same clients
+    and steps as that round; the timings and the accuracy are those of the timed rounds."""
     live = [start_variant(variant, make, device) for variant, make in plan]
     if not live:  # e.g. --variants batched on a model that cannot be batched
         return []
@@ -237,6 +266,9 @@ def measure_interleaved(
         shift = (rnd - 1) % len(live)
         for item in live[shift:] + live[:shift]:
             item.round(rnd, timed=True)
+    if count:
+        for item in live:
+            item.count(repeats)
     results = [item.result() for item in live]
     del live
     release_memory(device)

@@ -116,8 +116,12 @@ TIMING_COLUMNS = [
     "setup s",
 ]
 
+#: the dispatch counts of one untimed round (``fedpart.bench.dispatch``)
+COUNT_COLUMNS = ["ops/round", "syncs/round"]
+
 COLUMNS = [
     *TIMING_COLUMNS,
+    *COUNT_COLUMNS,
     "peak Δ RSS MB",
     "peak RSS MB",
     "train speed vs naive",
@@ -129,6 +133,7 @@ COLUMNS = [
 #: the columns of a workload on a GPU: GPU memory, and speed against the sequential backend
 DEVICE_COLUMNS = [
     *TIMING_COLUMNS,
+    *COUNT_COLUMNS,
     "peak Δ GPU MB",
     "round Δ GPU MB",
     "peak GPU MB",
@@ -161,7 +166,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _timing_cells(v: VariantResult) -> list[str]:
-    """The cells of :data:`TIMING_COLUMNS` of a measured variant."""
+    """The cells of :data:`TIMING_COLUMNS` and :data:`COUNT_COLUMNS` of a measured variant."""
     return [
         v.variant,
         v.backend,
@@ -171,6 +176,8 @@ def _timing_cells(v: VariantResult) -> list[str]:
         _num(v.eval_s, ".3f"),
         _num(v.end_to_end_s, ".3f"),
         _num(v.setup_s, ".2f"),
+        "—" if v.ops_per_round is None else f"{v.ops_per_round:,}",
+        "—" if v.syncs_per_round is None else f"{v.syncs_per_round:,}",
     ]
 
 
@@ -253,6 +260,16 @@ def scale_table(s: dict[str, Any]) -> list[str]:
     return _table(SCALE_COLUMNS, [row])
 
 
+#: the legend of :data:`COUNT_COLUMNS`, in both reports
+COUNTS_LEGEND = (
+    "*ops/round*, *syncs/round* = the ATen operators dispatched and the host synchronisations "
+    "(`.item()` and other scalar reads, copies to the host, `.tolist()`/`.numpy()` reads — on "
+    "the CPU those a GPU would synchronise on —, operators of data-dependent output size) of "
+    "the last timed round run once more after the timed rounds, untimed, training + "
+    "evaluation, counted in this process by a `TorchDispatchMode` (`fedpart.bench.dispatch`); "
+    "— where not counted (the process backend's work runs in its workers; `--counts false`)."
+)
+
 #: the column legend of a GPU report
 DEVICE_LEGEND = (
     "Columns: *client-samples/round* = samples trained on per round summed over clients, phases "
@@ -270,7 +287,7 @@ DEVICE_LEGEND = (
     "samples per round as the federation trains, batch = clients per round x local batch: the "
     "arithmetic of one batched step of every client without per-client weights or engine "
     "overhead; *accuracy* = mean per-client accuracy after the last timed round (a check that "
-    "every loop learns, not a result)."
+    "every loop learns, not a result). " + COUNTS_LEGEND
 )
 
 
@@ -318,7 +335,7 @@ def format_report(opts: BenchOptions, results: Sequence[WorkloadResult], wall_s:
         "the RSS before it (its own increment; *peak RSS* also holds the variants set up before "
         "it); *vs naive* / *vs ceiling* = "
         "speed ratios (higher is faster); *accuracy* = mean per-client accuracy after the last "
-        "timed round (a check that every loop learns, not a result).",
+        "timed round (a check that every loop learns, not a result). " + COUNTS_LEGEND,
     ]
     for r in results:
         lines += _heading(r)

@@ -177,7 +177,8 @@ def run_workload(
     runnable = [(variant, make) for variant, make, _ in plan if make is not None]
     where = "" if device.type == "cpu" else f" on {device}"
     log(f"[bench] {w.name}: {', '.join(v for v, _ in runnable)} (interleaved rounds{where}) ...")
-    measured = {v.variant: v for v in measure_interleaved(runnable, opts.repeats, device)}
+    timed = measure_interleaved(runnable, opts.repeats, device, count=opts.counts)
+    measured = {v.variant: v for v in timed}
     for variant, make, na in plan:
         if make is None:
             result.variants.append(VariantResult(variant, na=f"n/a ({na})"))
@@ -190,6 +191,11 @@ def run_workload(
         log(
             f"[bench] {w.name}: {variant}: {v.samples_per_s:,.0f} samples/s, "
             f"train {v.train_s:.3f} s, end-to-end {v.end_to_end_s:.3f} s"
+            + (
+                ""
+                if v.ops_per_round is None
+                else f", {v.ops_per_round:,} ops and {v.syncs_per_round:,} syncs per round"
+            )
         )
         result.variants.append(v)
     result.notes += parallel_efficiency(result.variants)

@@ -110,6 +110,8 @@ class BenchOptions:
     variants: list[str] = field(default_factory=lambda: list(VARIANT_KINDS))
     #: ``engine.deterministic`` of the engine's runs; ``None``: the config's default
     deterministic: bool | None = None
+    #: count the operators and host synchronisations of one extra, untimed round per variant
+    counts: bool = True
 
     @property
     def on_gpu(self) -> bool:

@@ -245,7 +245,8 @@ def _train_group(
     for i, s in enumerate(starts[1:], start=1):
         if list(s) != key_order:
             raise ValueError(f"start state {i} has other keys than start state 0")
-    stacked = {k: torch.stack([s[k].detach() for s in starts]) for k in key_order}
+    with torch.no_grad():  # detached, as the starts' values (no operator per client)
+        stacked = {k: torch.stack([s[k] for s in starts]) for k in key_order}
     device = next(iter(stacked.values())).device if stacked else torch.device("cpu")
     n_clients = len(clients)
     bs, drop_last = settings.batch_size, settings.drop_last
@@ -333,8 +334,10 @@ def _train_group(
             samples[i] += n
             steps[i] += 1
     results = []
+    # each client's tensors as views (one operator per key), then copied into their own storage
+    rows = {k: v.unbind(0) for k, v in stacked.items()}
     for i in range(n_clients):
-        state = {k: v[i].clone() for k, v in stacked.items()}
+        state = {k: v[i].clone() for k, v in rows.items()}
         mean = loss_sum[i] / samples[i] if samples[i] else 0.0
         results.append(TrainResult(state, mean, samples[i], steps[i], logs[i]))
     return results

@@ -70,9 +70,10 @@ def client_batches(
     for epoch in range(epochs):
         order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
         augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
-        slices = batch_slices(n, settings.batch_size, settings.drop_last, order, train_idx.device)
-        for positions in slices:
-            yield train_idx[positions], augment
+        # the pool indices of the epoch's batches: one indexing per epoch, not one per step
+        bs, drop_last = settings.batch_size, settings.drop_last
+        for index in batch_slices(n, bs, drop_last, order, train_idx.device, of=train_idx):
+            yield index, augment
 
 
 def gather_batches(

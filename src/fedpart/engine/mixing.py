@@ -69,13 +69,14 @@ def average_in_order(tensors: Sequence[torch.Tensor], weights: torch.Tensor) -> 
     rounds (bit for bit when oneDNN's convolutions are held to the same instruction set).
     """
     first = tensors[0]
+    # the weights as 0-dim views, made by one operator (not one indexing per state)
     if first.is_floating_point():
-        w = weights.to(device=first.device, dtype=first.dtype)
+        w = weights.to(device=first.device, dtype=first.dtype).unbind(0)
         acc = first * w[0]
         for j in range(1, len(tensors)):
             acc = acc + tensors[j] * w[j]
         return acc
-    w = weights.to(device=first.device, dtype=torch.float64)
+    w = weights.to(device=first.device, dtype=torch.float64).unbind(0)
     acc = first.double() * w[0]
     for j in range(1, len(tensors)):
         acc = acc + tensors[j].double() * w[j]

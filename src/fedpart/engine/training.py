@@ -83,14 +83,20 @@ def batch_slices(
     drop_last: bool,
     generator: torch.Generator,
     device: torch.device | None = None,
+    of: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """A shuffled epoch of batch positions ``0..n-1``; a client smaller than a batch takes one step.
 
     The permutation is drawn from the (host) ``generator``, so it is the same on every device,
-    and moved to ``device`` once per epoch: the batches are slices of it there."""
+    and moved to ``device`` once per epoch: the batches are slices of it there. With ``of`` (a
+    tensor of ``n`` entries on ``device``, e.g. a client's pool indices) the batches are those
+    entries instead, ``of[positions]`` for each batch's positions, read by one indexing per
+    epoch."""
     perm = torch.randperm(n, generator=generator)
     if device is not None:
         perm = perm.to(device)
+    if of is not None:
+        perm = of[perm]
     if drop_last and n >= batch_size:
         n_batches = n // batch_size
     else:
@@ -243,8 +249,10 @@ def train_client(
             f"training diverged: non-finite loss at round {rnd} on client {client}; "
             "lower federation.lr (or raise the method's regularisation) and resume from the last checkpoint"
         )
+    # the clipped-step count is read back only where steps are clipped (one host read less)
+    clipped_steps = int(clipped) if settings.max_grad_norm else 0
     return TrainResult(
-        state, mean_loss, samples, steps, phase_log, observations, clipped=int(clipped)
+        state, mean_loss, samples, steps, phase_log, observations, clipped=clipped_steps
     )
 
 
