@@ -60,7 +60,6 @@ DATASETS = ("fmnist", "mnist")
 SELECTION = ("federation.rounds=20", "algorithm.selection_rounds=20")
 #: the readings with full 200-round runs where their selection phase keeps another layer: the
 #: rule's reading (docs/results/fedcmd.md, "Which reading is the default")
-FULL_READINGS = ("argued",)
 MARK = {"fc1": "1", "fc2": "2", "classifier": "c"}
 
 
@@ -86,10 +85,12 @@ def experiments(
     load: Callable[[str], dict | None],
 ) -> dict[str, list[tuple[str, str, str, tuple[str, ...]]]]:
     """``readings``: every reading's selection phase, reading by reading (the readings that
-    matter most first); ``readings-full``: the full runs of :data:`FULL_READINGS` at the cells
-    where the selection phase keeps another layer than today's (phase 1 does not depend on the
-    reading, so elsewhere the run is today's record), the α = 1.0 cells first, Fashion-MNIST
-    (the cell furthest from the paper) before MNIST."""
+    matter most first); ``readings-full``: a full run for every cell and layer that some
+    reading's selection phase keeps and no 200-round record holds yet (phase 1 does not depend
+    on the reading, so a cell's 200-round number depends on the reading only through the layer
+    kept: one run per cell and layer serves every reading that keeps it), named by the first
+    reading that keeps it, the α = 1.0 cells first, Fashion-MNIST (the cell furthest from the
+    paper) before MNIST."""
     sel = [
         (
             selection_name(r, d, a, s),
@@ -102,15 +103,20 @@ def experiments(
         for d in DATASETS
         for s in SEEDS
     ]
-    full = [
-        (full_name(r, d, a, s), "fedcmd", d, (*cell_overrides(a, s), *READINGS[r][0]))
-        for r in FULL_READINGS
-        for a in ALPHAS
-        for d in DATASETS
-        for s in SEEDS
-        if load(recorded_name("fedcmd", d, a, s)) is not None
-        and kept(load, r, d, a, s) not in (None, kept(load, "minmax", d, a, s))
-    ]
+    full, planned = [], set()
+    for a in ALPHAS:
+        for d in DATASETS:
+            for s in SEEDS:
+                if load(recorded_name("fedcmd", d, a, s)) is None:
+                    continue
+                for r in READINGS:
+                    layer = kept(load, r, d, a, s)
+                    if layer is None or (d, a, s, layer) in planned:
+                        continue
+                    if layer_run(load, d, a, s, layer) is None:
+                        planned.add((d, a, s, layer))
+                        overrides = (*cell_overrides(a, s), *READINGS[r][0])
+                        full.append((full_name(r, d, a, s), "fedcmd", d, overrides))
     return {"readings": sel, "readings-full": full}
 
 
@@ -229,7 +235,7 @@ def layer_run(
     today = load(recorded_name("fedcmd", d, a, s))
     if today is not None and today["summary"].get("fedcmd", {}).get("layer") == layer:
         return today
-    for r in FULL_READINGS:
+    for r in READINGS:
         rec = load(full_name(r, d, a, s))
         if rec is not None and rec["summary"].get("fedcmd", {}).get("layer") == layer:
             return rec
