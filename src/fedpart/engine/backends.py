@@ -29,7 +29,7 @@ from fedpart.errors import FedpartError
 from fedpart.models import BlockModel
 
 if TYPE_CHECKING:
-    from fedpart.engine.context import Method
+    from fedpart.engine.method import Method
 
 State = dict[str, torch.Tensor]
 

@@ -26,7 +26,7 @@ from fedpart.seeding import seed_for
 from fedpart.topology import Topology, build_topology
 
 if TYPE_CHECKING:
-    from fedpart.engine.context import Method
+    from fedpart.engine.method import Method
 
 
 def plain(value: Any) -> Any:

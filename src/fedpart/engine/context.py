@@ -13,20 +13,20 @@ the method has shaped them (``wrap_model``, ``stored_blocks``); ``exchange`` whe
 decentralized round starts; ``rounds_completed`` as rounds end. A test builds one directly
 from a three-block model and a few tensors (``tests/test_toy_methods.py``).
 
-:class:`Method` is the other direction: what the engine and the context call on a method. The
-engine never imports the methods (``tests/test_import_layers.py``); every method's base,
-``fedpart.algorithms.base.Algorithm``, declares each of these members.
+:class:`~fedpart.engine.method.Method` is the other direction: what the engine and the
+context call on a method (re-exported here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fedpart.config import Config
+from fedpart.engine.method import Method
 from fedpart.engine.rounds import train_settings
 from fedpart.engine.store import ClientStateStore
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
@@ -35,37 +35,13 @@ if TYPE_CHECKING:
     from fedpart.engine.capacity import CapacityProfile
     from fedpart.engine.data import FederatedData
     from fedpart.engine.decentralized import Exchange
-    from fedpart.engine.recipe import Recipe
     from fedpart.models import BlockModel
-    from fedpart.topology import Graph
 
 __all__ = ["Method", "MethodContext"]
 
 State = dict[str, torch.Tensor]
 #: ``(epochs, start) -> {client: state}``: the run's fine-tuning of every client
 Finetune = Callable[[int, Any], dict[int, State]]
-
-
-class Method(Protocol):
-    """What the engine and :class:`MethodContext` use of a method beyond its server-round
-    hooks: the client's model and training, and whether it runs peer to peer.
-
-    ``peer_to_peer``: the clients exchange along a graph, with no server; the engine then
-    builds the run's topology (``default_topology`` under ``topology.name=auto``) and runs the
-    decentralized round, which calls ``communicate`` before local training when ``mix_first``,
-    else after it. Declared once per class, read by the engine where a run is built and sized;
-    no hook is looked up to find it out.
-    """
-
-    name: ClassVar[str]
-    peer_to_peer: ClassVar[bool]
-    default_topology: ClassVar[dict[str, Any]]
-    mix_first: ClassVar[bool]
-
-    def communicate(self, rnd: int, graph: Graph) -> None: ...
-    def model_for(self, client: int) -> Any: ...
-    def recipe(self, rnd: int, client: int) -> Recipe: ...
-    def frozen_blocks(self, rnd: int) -> set[str]: ...
 
 
 @dataclass(eq=False, slots=True)

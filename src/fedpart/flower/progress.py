@@ -13,6 +13,7 @@ from typing import Any
 
 from fedpart.engine.loop import LoopRun, Observer, Row
 from fedpart.errors import FedpartError
+from fedpart.formatting import pct
 from fedpart.tracking.run_dir import RunDir
 
 #: the record a failed Flower run leaves in its directory (removed when the run starts again)
@@ -26,8 +27,8 @@ def say(line: str) -> None:
     print(f"fedpart: {line}", flush=True)
 
 
-def _pct(value: float | None) -> str:
-    return "not evaluated" if value is None else f"accuracy {100 * value:.2f}%"
+def _accuracy(value: float | None) -> str:
+    return "not evaluated" if value is None else f"accuracy {pct(value)}%"
 
 
 class RoundLines(Observer):
@@ -55,18 +56,18 @@ class RoundLines(Observer):
         rounds = sim.cfg.federation.rounds
         say(
             f"round {row['round'] + 1}/{rounds}: {', '.join(parts)}; "
-            f"{_pct(row.get('accuracy'))}; {time.perf_counter() - self.t0:.1f} s"
+            f"{_accuracy(row.get('accuracy'))}; {time.perf_counter() - self.t0:.1f} s"
         )
 
     def final(self, sim: LoopRun, row: Row) -> None:
-        say(f"final evaluation: {_pct(row.get('accuracy'))}")
+        say(f"final evaluation: {_accuracy(row.get('accuracy'))}")
 
 
 def completed(result: Any) -> None:
     """The last line of a run that ended normally."""
     acc = result.summary.get("accuracy", {}).get("final")
     where = f"; wrote {result.run_dir}" if result.run_dir is not None else ""
-    say(f"run completed: {result.summary.get('rounds_completed')} rounds, {_pct(acc)}{where}")
+    say(f"run completed: {result.summary.get('rounds_completed')} rounds, {_accuracy(acc)}{where}")
 
 
 def failed(error: BaseException, out: str | Path | None) -> None:
@@ -152,7 +153,7 @@ def status(run_dir: str | Path) -> tuple[int, str]:
             acc = json.loads(summary.read_text())["accuracy"]["final"]
         except (ValueError, KeyError, TypeError):
             return 1, f"{summary} is damaged{RESUME}"
-        return 0, f"completed: {done}, {_pct(acc)}"
+        return 0, f"completed: {done}, {_accuracy(acc)}"
     return 1, (
         f"stopped after {done}: nothing holds it and it did not finish (the ServerApp was "
         f"killed?){RESUME}"
