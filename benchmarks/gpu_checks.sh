@@ -1,15 +1,24 @@
 #!/bin/bash
-# Every GPU check of the repository in one command, sized for a short lease of a GPU machine
-# (at most 9.7 minutes: the step limits below; the second H100 lease of 2026-11-26 took 7.6): the smoke test's per-method checks and its kill-and-resume,
-# fedpart bench --device cuda, the batched-gap diagnosis and the round profile. The smoke test
-# runs the pytest device checks (python -m pytest --device cuda tests/test_device_checks.py) and
-# writes their report. Each step has its own time limit and is interrupted with SIGINT (the
-# smoke test still writes its report).
+# Every GPU check of the repository in one command, sized for a short lease of a GPU machine:
+# each step has its own time limit and the whole script a deadline (DEADLINE_S seconds, default
+# 540; 15 minutes of GPU time is typical here, start-up included). A step gets the smaller of its
+# limit and the time left, is skipped with a line when under 20 s are left, and is interrupted
+# with SIGINT at its limit (the smoke test still writes its report).
 #
 #   benchmarks/gpu_checks.sh OUT_DIR [DATA_ROOT]     # DATA_ROOT: default ../shared/data
 #
-# Reports and logs go to OUT_DIR: env.txt, gpu-smoke.md, smoke.log, gpu-bench.md, bench.log,
-# gap.txt, profile.txt. Record them in docs/results/gpu.md with the GPU's name.
+# Steps, in priority order (STEPS=a,b,... runs a subset, in this order):
+#   bench      fedpart bench --device cuda (round times, batched/ceiling, ops and syncs per round)
+#   pfl        pfl-research side by side on its CIFAR-10 protocol (skipped without `import pfl`)
+#   captured   benchmarks/captured_step.py: a batched step as one captured CUDA graph
+#   conv       benchmarks/grouped_conv.py: grouped convolutions per cuDNN setting / formulation
+#   dispfl     benchmarks/dispfl_rounding.py: Dis-PFL's quick start on the GPU (seeds 0-2, +1 ulp)
+#   smoke      the pytest device checks (benchmarks/gpu_smoke.py) and kill-and-resume
+#   gap        benchmarks/gpu_batched_gap.py
+#   profile    benchmarks/gpu_round_profile.py (DFedPGP)
+# Everything goes to OUT_DIR (env.txt, one log or report per step) and, when ARCHIVE names a
+# file, into that one archive too (a lease returns few files). Record them in
+# docs/results/gpu.md with the GPU's name.
 set -u
 if [ $# -lt 1 ]; then
     echo "usage: benchmarks/gpu_checks.sh OUT_DIR [DATA_ROOT]" >&2
@@ -17,33 +26,55 @@ if [ $# -lt 1 ]; then
 fi
 out=$1
 data=${2:-../shared/data}
+deadline=$((SECONDS + ${DEADLINE_S:-540}))
+steps=",${STEPS:-bench,pfl,captured,conv,dispfl,smoke,gap,profile},"
+dev=${DEVICE:-cuda}
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
-step() {  # step SECONDS LOG COMMAND...: run with a limit, output to LOG and the terminal
-    local limit=$1 log=$2 t0=$SECONDS
-    shift 2
-    timeout -s INT -k 20 "$limit" "$@" 2>&1 | tee "$out/$log"
-    echo "[gpu_checks] $log: $((SECONDS - t0)) s"
+step() {  # step NAME SECONDS LOG COMMAND...: run with a limit, output to LOG and the terminal
+    local name=$1 limit=$2 log=$3 t0=$SECONDS left=$((deadline - SECONDS))
+    shift 3
+    [[ $steps == *",$name,"* ]] || return 0
+    if [ "$left" -lt 20 ]; then
+        echo "[gpu_checks] $name: skipped, ${left} s left of the deadline" | tee -a "$out/skipped.txt"
+        return 0
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+    timeout -s INT -k 20 "$limit" "$@" 2>&1 | tee -a "$out/$log"
+    echo "[gpu_checks] $name: $((SECONDS - t0)) s (limit $limit s)" | tee -a "$out/steps.txt"
 }
 $py -c "
 from fedpart.bench.devices import check_device
 from fedpart.errors import FedpartError
 try:
-    check_device('cuda')
+    check_device('$dev')
 except FedpartError as exc:
     raise SystemExit(f'error: {exc}')
 " || exit 2
 {
     date -u
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-    $py -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name())"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
+    $py -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda')"
 } 2>&1 | tee "$out/env.txt"
-step "${SMOKE_S:-270}" smoke.log $py benchmarks/gpu_smoke.py --device cuda --rounds 3 \
-    --kill-rounds 8 --skip timing --out "$out/gpu-smoke.md"
-step "${BENCH_S:-180}" bench.log $py -m fedpart.cli bench --device cuda --data-root "$data" \
+step bench "${BENCH_S:-150}" bench.log $py -m fedpart.cli bench --device "$dev" --data-root "$data" \
     --repeats 3 --out "$out/gpu-bench.md"
-step "${GAP_S:-40}" gap.txt $py benchmarks/gpu_batched_gap.py --device cuda
-step "${PROFILE_S:-90}" profile.txt $py benchmarks/gpu_round_profile.py --device cuda \
+if $py -c "import pfl" 2>/dev/null; then
+    step pfl "${PFL_S:-110}" pfl.md $py benchmarks/pfl_side_by_side.py --device "$dev" \
+        --settings defaults --iterations "${PFL_ITERATIONS:-20}" --repeats 1
+fi
+step captured "${CAPTURED_S:-60}" captured.md $py benchmarks/captured_step.py --device "$dev"
+step conv "${CONV_S:-45}" conv.md $py benchmarks/grouped_conv.py --device "$dev"
+dispfl="for s in 0 1 2; do $py benchmarks/dispfl_rounding.py --device $dev --seed \$s"
+dispfl+=" --out '$out/dispfl-$dev-s'\$s.npz || exit 1; done; $py benchmarks/dispfl_rounding.py"
+dispfl+=" --device $dev --seed 0 --perturb --out '$out/dispfl-$dev-s0-ulp.npz'"
+step dispfl "${DISPFL_S:-90}" dispfl.log bash -c "$dispfl"
+step smoke "${SMOKE_S:-270}" smoke.log $py benchmarks/gpu_smoke.py --device "$dev" --rounds 3 \
+    --kill-rounds 8 --skip timing ${SMOKE_METHODS:+--methods "$SMOKE_METHODS"} --out "$out/gpu-smoke.md"
+step gap "${GAP_S:-40}" gap.txt $py benchmarks/gpu_batched_gap.py --device "$dev"
+step profile "${PROFILE_S:-90}" profile.txt $py benchmarks/gpu_round_profile.py --device "$dev" \
     --data-root "$data" --workloads dfedpgp
+if [ -n "${ARCHIVE:-}" ]; then
+    tar -czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "[gpu_checks] archive: $ARCHIVE"
+fi
