@@ -60,10 +60,10 @@ class MaskLog(Observer):
         self._take(sim)
 
 
-def _perturbed(run_model):
+def _perturbed(run_model, draw: int):
     def wrapped(*args, **kwargs):
         model = run_model(*args, **kwargs)
-        gen = torch.Generator().manual_seed(12345)
+        gen = torch.Generator().manual_seed(12345 + draw)
         with torch.no_grad():
             for p in model.parameters():
                 pick = (torch.rand(p.shape, generator=gen) < 0.5).to(p.device)
@@ -83,19 +83,20 @@ def run(args: argparse.Namespace) -> None:
     ]
     cfg = _as_config(str(CONFIG), overrides)
     if args.perturb:
-        build.run_model = _perturbed(build.run_model)
+        build.run_model = _perturbed(build.run_model, args.perturb_seed)
     sim = Simulation(cfg, run_dir=None, quiet=True)
     log = MaskLog()
     sim.extra_observers.append(log)
     result = sim.run()
     acc = [row["accuracy"] for row in sim.rows]
     final = result.final["accuracy"] if hasattr(result, "final") else acc[-1]
+    ulp = f" +1ulp (draw {args.perturb_seed})" if args.perturb else ""
     np.savez_compressed(
         args.out,
         masks=np.stack(log.rounds),
         accuracy=np.array(acc, dtype=np.float64),
         final=np.array(final, dtype=np.float64),
-        label=np.array(f"{args.device} seed {args.seed}{' +1ulp' if args.perturb else ''}"),
+        label=np.array(f"{args.device} seed {args.seed}{ulp}"),
     )
     print(
         f"{args.out}: seed {args.seed} {args.device}{' perturbed' if args.perturb else ''}: "
@@ -108,10 +109,10 @@ def compare(files: list[str]) -> None:
     base = runs[0]
     print(f"against {base['label']} (final {100 * float(base['final']):.2f}):\n")
     print(
-        "| run | final | Δ final | first round masks differ | mask coords differing at "
-        "rounds 1 / 5 / 10 / last |"
+        "| run | final | Δ final | first round masks differ | max abs. Δ accuracy before it "
+        "| mask coords differing at rounds 1 / 5 / 10 / last |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in runs[1:]:
         a, b = base["masks"], r["masks"]
         n = min(len(a), len(b))
@@ -120,9 +121,13 @@ def compare(files: list[str]) -> None:
         first = next((i for i in range(n) if frac[i] > 0), None)
         at = " / ".join(f"{100 * frac[i]:.2f}%" for i in (1, 5, 10, n - 1) if i < n)
         fa, fb = 100 * float(base["final"]), 100 * float(r["final"])
+        # masks[i] is after round i (0: the initial masks); accuracy[j] is round j + 1's
+        upto = n - 1 if first is None else first - 1
+        before = np.abs(base["accuracy"][:upto] - r["accuracy"][:upto])
+        gap = f"{100 * before.max():.2f}" if upto > 0 else "—"
         print(
             f"| {r['label']} | {fb:.2f} | {fb - fa:+.2f} | "
-            f"{'none' if first is None else first} | {at} |"
+            f"{'none' if first is None else first} | {gap} | {at} |"
         )
 
 
@@ -132,6 +137,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--perturb", action="store_true", help="one ulp on half the initial weights")
+    p.add_argument("--perturb-seed", type=int, default=0, help="which random half (--perturb)")
     p.add_argument("--out", help="the run's record (.npz)")
     p.add_argument("--compare", nargs="+", metavar="NPZ", help="compare records with the first")
     args = p.parse_args()
