@@ -65,6 +65,7 @@ This module holds the eligibility check and the loop over a group's steps; one s
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -82,6 +83,7 @@ from fedpart.engine.batched_step import (
 )
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Recipe, cross_entropy
+from fedpart.engine.step_graphs import StepGraphs
 from fedpart.engine.training import TrainResult, TrainSettings, trainable_keys
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
@@ -257,6 +259,7 @@ def _train_group(
     slots, slot_dims = _stack_slots(slot_values, device)
 
     step_losses: list[tuple[Tensor, list[int]]] = []  # per step: losses [k], batch lengths
+    graphs = StepGraphs(device) if settings.cuda_graphs else None
     logs: list[list[tuple[tuple[str, ...], int, int]]] = [[] for _ in clients]
     all_blocks = set(model.block_names)
     for phase_no, phase in enumerate(recipe.phases):
@@ -290,9 +293,23 @@ def _train_group(
             train = {k: stacked[k][:active] for k in keys}
             other = {k: stacked[k][:active] for k in others}
             live = select_slots(slots, slot_dims, slice(0, active))
+            step_scale = None if scale is None else scale[:active]
+            update = partial(_update, train, keys, bufs, t, lr, wd, momentum, step_scale)
+
             if min(lengths) == max(lengths):
                 x = x_all.view(active, lengths[0], *x_all.shape[1:])
                 y = y_all.view(active, lengths[0])
+                if graphs is not None:  # one captured program per distinct step
+                    key = (phase_no, active, lengths[0], t == 0)
+                    losses = graphs.step(
+                        key,
+                        x,
+                        y,
+                        _body(plain_step, update, train, other, live),
+                        _warm(plain_step, train, other, live),
+                    )
+                    step_losses.append((losses, lengths))
+                    continue
                 grads, losses = plain_step(train, other, x, y, live)
                 drawn = []
             else:
@@ -307,16 +324,7 @@ def _train_group(
                     plain_step, train, other, drawn, lengths, live, slot_dims
                 )
             step_losses.append((losses, lengths))
-            sgd_update(
-                [train[k] for k in keys],
-                [grads[k] for k in keys],
-                bufs,
-                t,
-                lr,
-                wd,
-                momentum,
-                None if scale is None else scale[:active],
-            )
+            update(grads)
         for i in range(n_clients):
             samples = epochs * samples_per_epoch(sizes[i], bs, drop_last)
             logs[i].append((tuple(keys), totals[i], samples))
@@ -341,6 +349,41 @@ def _train_group(
         mean = loss_sum[i] / samples[i] if samples[i] else 0.0
         results.append(TrainResult(state, mean, samples[i], steps[i], logs[i]))
     return results
+
+
+def _update(
+    train: State,
+    keys: list[str],
+    bufs: list[Tensor],
+    t: int,
+    lr: float,
+    wd: float,
+    momentum: float,
+    scale: Tensor | None,
+    grads: State,
+) -> None:
+    """The SGD update of one step (:func:`~fedpart.engine.batched_step.sgd_update`)."""
+    sgd_update([train[k] for k in keys], [grads[k] for k in keys], bufs, t, lr, wd, momentum, scale)
+
+
+def _body(step, update, train: State, other: State, live: tuple[Tensor, ...]):
+    """One step on batches ``(x, y)``: the gradients, the update; returns the losses."""
+
+    def body(x: Tensor, y: Tensor) -> Tensor:
+        grads, losses = step(train, other, x, y, live)
+        update(grads)
+        return losses
+
+    return body
+
+
+def _warm(step, train: State, other: State, live: tuple[Tensor, ...]):
+    """The step's gradients alone (nothing updated): the warm-up before a capture."""
+
+    def warm(x: Tensor, y: Tensor) -> Tensor:
+        return step(train, other, x, y, live)[1]
+
+    return warm
 
 
 def _stack_slots(

@@ -76,6 +76,7 @@ def train_settings(cfg: Config, num_clients: int, rnd: int, client: int | None) 
         cache_features=cfg.engine.cache_features,
         max_grad_norm=f.max_grad_norm,
         feature_batch_size=cfg.engine.eval_batch_size,
+        cuda_graphs=cfg.engine.cuda_graphs,
     )
 
 

@@ -42,6 +42,9 @@ class TrainSettings:
     feature_batch_size: int = 256
     #: clip each step's gradient to this global L2 norm (0: off; ``federation.max_grad_norm``)
     max_grad_norm: float = 0.0
+    #: the batched backend replays each distinct step as a captured CUDA graph
+    #: (``engine.cuda_graphs``, :mod:`fedpart.engine.step_graphs`)
+    cuda_graphs: bool = False
 
 
 @dataclass
