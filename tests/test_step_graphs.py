@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 import torch
+from tests.test_batched import _data, _model, _settings, _starts
 
 import fedpart.engine.batched as batched
 from fedpart.api import _as_config
@@ -19,7 +20,6 @@ from fedpart.engine.batched import train_clients_batched
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
 from fedpart.engine.simulation import Simulation
 from fedpart.engine.step_graphs import StepGraphs
-from tests.test_batched import _data, _model, _settings, _starts
 
 
 @pytest.fixture(scope="module")
