@@ -12,7 +12,6 @@ import dataclasses
 
 import pytest
 import torch
-from tests.test_batched import _data, _model, _settings, _starts
 
 import fedpart.engine.batched as batched
 from fedpart.api import _as_config
@@ -20,6 +19,7 @@ from fedpart.engine.batched import train_clients_batched
 from fedpart.engine.recipe import LossTerm, Phase, Recipe, proximal
 from fedpart.engine.simulation import Simulation
 from fedpart.engine.step_graphs import StepGraphs
+from test_batched import _data, _model, _settings, _starts
 
 
 @pytest.fixture(scope="module")
