@@ -163,11 +163,11 @@ class EngineConfig:
     ``ray_workers`` CPUs, 0 = all), or ``processes`` (a round's clients spread over
     ``workers`` worker processes on this machine, 0 = one per core; the data pool in shared
     memory; the sequential backend's numbers at the same ``threads``). ``batch_clients``: at most this many clients per batched
-    computation (0: all). ``cuda_graphs``: the batched backend records each distinct step (its
-    phase, clients still training, batch length) once as a CUDA graph and replays it, one launch
-    a step instead of hundreds; the same kernels on the same data, so the same numbers
-    (:mod:`fedpart.engine.step_graphs`); only where every batch of a step has one length (others
-    run eagerly); on the CPU it runs the same buffers without a graph (for tests). ``threads`` sets torch's intra-op threads (0: torch's default).
+    computation (0: all). ``cuda_graphs``: the batched backend trains a group on a few
+    fixed step shapes (padded batches, bucketed rows) in buffers kept across rounds, each shape
+    captured once as a CUDA graph and replayed (:mod:`fedpart.engine.captured`); the sequential
+    numbers up to float rounding; recipes with their own objective train eagerly; on the CPU the
+    same code runs without graphs (for tests). ``threads`` sets torch's intra-op threads (0: torch's default).
     ``conv_layout``: the memory layout convolutions compute in: ``channels_last`` (oneDNN's fast
     path on the CPU), ``contiguous`` (NCHW) or ``auto`` (on the CPU the model's measured faster
     layout, ``BlockModel.channels_last_on_cpu``; contiguous on CUDA); the two agree up to float

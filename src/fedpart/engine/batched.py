@@ -65,12 +65,12 @@ This module holds the eligibility check and the loop over a group's steps; one s
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 
+from fedpart.engine import captured
 from fedpart.engine.batched_step import (
     client_batches,
     gather_batches,
@@ -82,8 +82,7 @@ from fedpart.engine.batched_step import (
     steps_per_epoch,
 )
 from fedpart.engine.data import FederatedData
-from fedpart.engine.recipe import Recipe, cross_entropy
-from fedpart.engine.step_graphs import StepGraphs
+from fedpart.engine.recipe import Recipe, cross_entropy, skeleton, tensor_slots
 from fedpart.engine.training import TrainResult, TrainSettings, trainable_keys
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
@@ -247,19 +246,28 @@ def _train_group(
     for i, s in enumerate(starts[1:], start=1):
         if list(s) != key_order:
             raise ValueError(f"start state {i} has other keys than start state 0")
-    with torch.no_grad():  # detached, as the starts' values (no operator per client)
-        stacked = {k: torch.stack([s[k] for s in starts]) for k in key_order}
-    device = next(iter(stacked.values())).device if stacked else torch.device("cpu")
+    device = next(iter(starts[0].values())).device if starts[0] else torch.device("cpu")
     n_clients = len(clients)
+    program = None
+    if settings.cuda_graphs and captured.capturable(recipe):
+        if slot_values is None and tensor_slots(recipe):  # its tensors as slots, not baked in
+            slot_values = [tensor_slots(recipe)] * n_clients
+            recipe = skeleton(recipe)
+        slots, slot_dims = _stack_slots(slot_values, device)
+        program = captured.program_for(
+            model, recipe, starts, settings, frozen, lr_scales is not None, slots, slot_dims
+        )
+        program.load(starts, slots)
+        stacked = {k: v[:n_clients] for k, v in program.stacked.items()}
+    else:
+        slots, slot_dims = _stack_slots(slot_values, device)
+        with torch.no_grad():  # detached, as the starts' values (no operator per client)
+            stacked = {k: torch.stack([s[k] for s in starts]) for k in key_order}
     bs, drop_last = settings.batch_size, settings.drop_last
     sizes = [data.clients[c].num_train for c in clients]
     per_epoch = [steps_per_epoch(n, bs, drop_last) for n in sizes]
-    wd, momentum = settings.weight_decay, settings.momentum
-    default_ce = recipe.objective is None and recipe.criterion is cross_entropy
-    slots, slot_dims = _stack_slots(slot_values, device)
 
     step_losses: list[tuple[Tensor, list[int]]] = []  # per step: losses [k], batch lengths
-    graphs = StepGraphs(device) if settings.cuda_graphs else None
     logs: list[list[tuple[tuple[str, ...], int, int]]] = [[] for _ in clients]
     all_blocks = set(model.block_names)
     for phase_no, phase in enumerate(recipe.phases):
@@ -278,53 +286,42 @@ def _train_group(
                 [f[phase_no] for f in lr_scales], dtype=torch.float32, device=device
             )
         totals = [epochs * s for s in per_epoch]  # non-increasing
-        plain_step = make_step(model, recipe, phase_no, key_order, False, slot_dims)
-        weighted_step = make_step(model, recipe, phase_no, key_order, True, slot_dims)
-        others = [k for k in key_order if k not in set(keys)]
-        batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
-        bufs: list[Tensor] = []
-        active = n_clients
-        for t in range(totals[0]):
-            while totals[active - 1] <= t:
-                active -= 1
-            indices = [next(batches[i]) for i in range(active)]
-            lengths = [int(index.numel()) for index, _ in indices]
-            x_all, y_all = gather_batches(data, indices, device)
-            train = {k: stacked[k][:active] for k in keys}
-            other = {k: stacked[k][:active] for k in others}
-            live = select_slots(slots, slot_dims, slice(0, active))
-            step_scale = None if scale is None else scale[:active]
-            update = partial(_update, train, keys, bufs, t, lr, wd, momentum, step_scale)
-
-            if min(lengths) == max(lengths):
-                x = x_all.view(active, lengths[0], *x_all.shape[1:])
-                y = y_all.view(active, lengths[0])
-                if graphs is not None:  # one captured program per distinct step
-                    key = (phase_no, active, lengths[0], t == 0)
-                    losses = graphs.step(
-                        key,
-                        x,
-                        y,
-                        _body(plain_step, update, train, other, live),
-                        _warm(plain_step, train, other, live),
-                    )
-                    step_losses.append((losses, lengths))
-                    continue
-                grads, losses = plain_step(train, other, x, y, live)
-                drawn = []
-            else:
-                drawn = list(zip(x_all.split(lengths), y_all.split(lengths), strict=True))
-            if drawn and default_ce:
-                x = pad_sequence([x for x, _ in drawn], batch_first=True)
-                y = pad_sequence([y for _, y in drawn], batch_first=True)
-                w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
-                grads, losses = weighted_step(train, other, x, y, live, w)
-            elif drawn:
-                grads, losses = grouped_step(
-                    plain_step, train, other, drawn, lengths, live, slot_dims
-                )
-            step_losses.append((losses, lengths))
-            update(grads)
+        if program is not None:
+            if scale is not None:
+                program.scale[:n_clients].copy_(scale)
+            captured.train_phase(
+                program,
+                data,
+                clients,
+                rnd,
+                phase_no,
+                keys,
+                epochs,
+                totals,
+                lr,
+                settings,
+                step_losses,
+            )
+        else:
+            _eager_phase(
+                model,
+                recipe,
+                phase_no,
+                key_order,
+                keys,
+                stacked,
+                slots,
+                slot_dims,
+                data,
+                clients,
+                rnd,
+                epochs,
+                totals,
+                lr,
+                scale,
+                settings,
+                step_losses,
+            )
         for i in range(n_clients):
             samples = epochs * samples_per_epoch(sizes[i], bs, drop_last)
             logs[i].append((tuple(keys), totals[i], samples))
@@ -351,39 +348,70 @@ def _train_group(
     return results
 
 
-def _update(
-    train: State,
+def _eager_phase(
+    model: BlockModel,
+    recipe: Recipe,
+    phase_no: int,
+    key_order: list[str],
     keys: list[str],
-    bufs: list[Tensor],
-    t: int,
+    stacked: State,
+    slots: tuple[Tensor, ...],
+    slot_dims: tuple[int | None, ...],
+    data: FederatedData,
+    clients: list[int],
+    rnd: int,
+    epochs: int,
+    totals: list[int],
     lr: float,
-    wd: float,
-    momentum: float,
     scale: Tensor | None,
-    grads: State,
+    settings: TrainSettings,
+    step_losses: list[tuple[Tensor, list[int]]],
 ) -> None:
-    """The SGD update of one step (:func:`~fedpart.engine.batched_step.sgd_update`)."""
-    sgd_update([train[k] for k in keys], [grads[k] for k in keys], bufs, t, lr, wd, momentum, scale)
-
-
-def _body(step, update, train: State, other: State, live: tuple[Tensor, ...]):
-    """One step on batches ``(x, y)``: the gradients, the update; returns the losses."""
-
-    def body(x: Tensor, y: Tensor) -> Tensor:
-        grads, losses = step(train, other, x, y, live)
-        update(grads)
-        return losses
-
-    return body
-
-
-def _warm(step, train: State, other: State, live: tuple[Tensor, ...]):
-    """The step's gradients alone (nothing updated): the warm-up before a capture."""
-
-    def warm(x: Tensor, y: Tensor) -> Tensor:
-        return step(train, other, x, y, live)[1]
-
-    return warm
+    """One phase of the group's clients (sorted by steps, longest first), step by step on the
+    prefix of clients still training (the module's text)."""
+    device = next(iter(stacked.values())).device
+    wd, momentum = settings.weight_decay, settings.momentum
+    default_ce = recipe.objective is None and recipe.criterion is cross_entropy
+    plain_step = make_step(model, recipe, phase_no, key_order, False, slot_dims)
+    weighted_step = make_step(model, recipe, phase_no, key_order, True, slot_dims)
+    others = [k for k in key_order if k not in set(keys)]
+    batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
+    bufs: list[Tensor] = []
+    active = len(clients)
+    for t in range(totals[0]):
+        while totals[active - 1] <= t:
+            active -= 1
+        indices = [next(batches[i]) for i in range(active)]
+        lengths = [int(index.numel()) for index, _ in indices]
+        x_all, y_all = gather_batches(data, indices, device)
+        train = {k: stacked[k][:active] for k in keys}
+        other = {k: stacked[k][:active] for k in others}
+        live = select_slots(slots, slot_dims, slice(0, active))
+        if min(lengths) == max(lengths):
+            x = x_all.view(active, lengths[0], *x_all.shape[1:])
+            y = y_all.view(active, lengths[0])
+            grads, losses = plain_step(train, other, x, y, live)
+            drawn = []
+        else:
+            drawn = list(zip(x_all.split(lengths), y_all.split(lengths), strict=True))
+        if drawn and default_ce:
+            x = pad_sequence([x for x, _ in drawn], batch_first=True)
+            y = pad_sequence([y for _, y in drawn], batch_first=True)
+            w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
+            grads, losses = weighted_step(train, other, x, y, live, w)
+        elif drawn:
+            grads, losses = grouped_step(plain_step, train, other, drawn, lengths, live, slot_dims)
+        step_losses.append((losses, lengths))
+        sgd_update(
+            [train[k] for k in keys],
+            [grads[k] for k in keys],
+            bufs,
+            t,
+            lr,
+            wd,
+            momentum,
+            None if scale is None else scale[:active],
+        )
 
 
 def _stack_slots(

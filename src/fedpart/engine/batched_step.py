@@ -119,7 +119,7 @@ def make_step(
         elif w is not None:
             logits = functional_call(model, current, (x,))
             per_sample = F.cross_entropy(logits, y, reduction="none")
-            loss = (per_sample * w).sum() / w.sum()
+            loss = (per_sample * w).sum() / w.sum().clamp_min(1)  # 0 for an all-padding row
         else:
             loss = r.criterion(functional_call(model, current, (x,)), y)
         for term in r.phases[phase_no].loss_terms:
@@ -191,7 +191,8 @@ def sgd_update(
 
     ``params`` are views ``[k, ...]`` of the stacked parameters of the clients still training
     and ``grads`` their fresh gradients (may be overwritten); ``bufs`` holds the full stacked
-    momentum buffers, set to ``d`` on the phase's first step ``t=0`` (when every client of the
+    momentum buffers (made here when empty; :mod:`fedpart.engine.captured` passes its own), set
+    to ``d`` on the phase's first step ``t=0`` (when every client of the
     group trains). One fused kernel (``torch._fused_sgd_``, the kernel of
     ``torch.optim.SGD(fused=True)``) where available, else in-place ``_foreach`` ops: large
     stacked temporaries would cost more (allocation, cache misses) than the arithmetic itself.
@@ -203,7 +204,7 @@ def sgd_update(
         for g in grads:
             g.mul_(scale.reshape(-1, *([1] * (g.dim() - 1))))
         wd = 0.0
-    if momentum and t == 0:
+    if momentum and not bufs:  # the phase's first step: new buffers (or the caller's own)
         bufs[:] = [torch.empty_like(p) for p in params]
     view = [b[: params[0].shape[0]] for b in bufs] if momentum else []
     if _FUSED_SGD and params[0].device.type in ("cpu", "cuda"):

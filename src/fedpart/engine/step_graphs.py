@@ -6,25 +6,21 @@ few microseconds of arithmetic on small models: on a GPU the round is bound by t
 the arithmetic. :class:`StepGraphs` records each distinct step of a group once into a
 ``torch.cuda.CUDAGraph`` and then replays it, one launch per step.
 
-What makes a step distinct is its *key*: the phase, the number of clients still training (a
-prefix of the stacked tensors), the batch length and whether it is the phase's first step (the
-momentum buffers are allocated then). Everything else a step touches has the same address on
-every step of the group: the stacked parameters and their prefix views, the momentum buffers,
-the recipe's tensors, and the two static input buffers each key owns, into which every step's
-gathered batch is copied before the replay. A replay runs exactly the kernels the eager step
-runs, in the same order and on the same data, so the numbers are the eager batched backend's,
-bit for bit (``benchmarks/captured_step.py`` checks that on a GPU; the tests check the buffer
-logic on the CPU, below).
+The caller (:mod:`fedpart.engine.captured`) keys each step by what makes its kernels differ
+(the phase, the rows it runs, whether it is the phase's first step) and keeps everything a step
+touches at fixed addresses: the stacked parameters, momentum buffers, recipe tensors and each
+key's input buffers, into which every step's batch is copied before the replay. A replay runs
+the kernels the step ran when captured, on those buffers: ``benchmarks/captured_step.py``
+shows a replayed step equal to the eager one bit for bit on a GPU.
 
 Each key is captured the first time it is met: a warm-up pass of the gradient alone (nothing is
 updated) on a side stream, as PyTorch asks before a capture, then the capture (which runs
-nothing), then the replay. Graphs live for one group of one round; each has its own memory pool
-(keys interleave — a short last batch falls between full ones — and graphs that share a pool
-must replay in their capture order). A key whose capture fails runs eagerly from then on, with
-one warning.
+nothing), then the replay. Each graph has its own memory pool (keys interleave, and graphs that
+share a pool must replay in their capture order). A key whose capture fails runs eagerly from
+then on, with one warning.
 
-On the CPU there is no graph: :class:`StepGraphs` then calls the step on the static buffers each
-time, which runs the same buffer logic (used by the tests; no faster than the eager step).
+On the CPU there is no graph: :meth:`StepGraphs.run` then calls the step each time, so the
+same buffer logic runs (what the tests check), no faster than the eager step.
 """
 
 from __future__ import annotations
@@ -37,64 +33,51 @@ from torch import Tensor
 
 __all__ = ["StepGraphs"]
 
-#: ``body(x, y) -> losses``: one step on the batches ``x``, ``y`` (gradient and update)
-Body = Callable[[Tensor, Tensor], Tensor]
-
-
-class _Captured:
-    """One key's static inputs, its graph (None on the CPU) and its output."""
-
-    def __init__(self, x: Tensor, y: Tensor) -> None:
-        self.x = torch.empty_like(x)
-        self.y = torch.empty_like(y)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.out: Tensor | None = None
+#: ``body() -> losses``: one step (gradient and update) on inputs already in place
+Body = Callable[[], Tensor]
 
 
 class StepGraphs:
-    """The captured steps of one group; :meth:`step` runs one step through them."""
+    """Captured steps by key; :meth:`run` runs one step through them."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.real = device.type == "cuda"
-        self.steps: dict[Hashable, _Captured | None] = {}
-        #: how many keys were captured, and how many steps replayed (the report's counters)
+        #: key -> (graph, its output); None: the key's capture failed, it runs eagerly
+        self.steps: dict[Hashable, tuple[torch.cuda.CUDAGraph | None, Tensor | None] | None] = {}
+        #: how many keys were captured, and how many steps ran through :meth:`run`
         self.captured = 0
         self.replayed = 0
 
-    def step(self, key: Hashable, x: Tensor, y: Tensor, body: Body, warm: Body) -> Tensor:
-        """Run ``body`` on ``x``, ``y`` as the step ``key``; return its losses (a tensor of its
-        own). ``warm(x, y)`` computes what ``body`` computes without changing any state (the
-        gradient alone): the warm-up before a capture."""
+    def run(self, key: Hashable, body: Body, warm: Body) -> Tensor:
+        """Run the step ``key`` (``body``, whose inputs are in their static buffers); return
+        its losses as a tensor of their own. ``warm()`` computes what ``body`` computes without
+        changing any state (the gradient alone): the warm-up before a capture."""
         if key not in self.steps:
-            self.steps[key] = self._capture(x, y, body, warm)
+            self.steps[key] = self._capture(body, warm)
         entry = self.steps[key]
-        if entry is None:  # its capture failed: eager
-            return body(x, y)
-        entry.x.copy_(x)
-        entry.y.copy_(y)
         self.replayed += 1
-        if entry.graph is None:
-            return body(entry.x, entry.y)
-        entry.graph.replay()
-        assert entry.out is not None
-        return entry.out.clone()
+        if entry is None or entry[0] is None:  # eager: no GPU, or its capture failed
+            return body()
+        graph, out = entry
+        graph.replay()
+        assert out is not None
+        return out.clone()
 
-    def _capture(self, x: Tensor, y: Tensor, body: Body, warm: Body) -> _Captured | None:
-        entry = _Captured(x, y)
+    def _capture(
+        self, body: Body, warm: Body
+    ) -> tuple[torch.cuda.CUDAGraph | None, Tensor | None] | None:
         if not self.real:
-            return entry
-        entry.x.copy_(x)
-        entry.y.copy_(y)
+            return (None, None)
         try:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                warm(entry.x, entry.y)
+                warm()
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                entry.out = body(entry.x, entry.y)
+                out = body()
         except RuntimeError as exc:
             warnings.warn(
                 f"engine.cuda_graphs: a step could not be captured, it runs eagerly "
@@ -103,6 +86,5 @@ class StepGraphs:
                 stacklevel=3,
             )
             return None
-        entry.graph = graph
         self.captured += 1
-        return entry
+        return graph, out
