@@ -8,6 +8,7 @@
 #   benchmarks/gpu_checks.sh OUT_DIR [DATA_ROOT]     # DATA_ROOT: default ../shared/data
 #
 # Steps, in priority order (STEPS=a,b,... runs a subset, in this order):
+#   rounds     benchmarks/captured_round.py: bench workloads' rounds, eager vs engine.cuda_graphs
 #   bench      fedpart bench --device cuda (round times, batched/ceiling, ops and syncs per round)
 #   pfl        pfl-research side by side on its CIFAR-10 protocol (skipped without `import pfl`)
 #   captured   benchmarks/captured_step.py: a batched step as one captured CUDA graph
@@ -27,7 +28,7 @@ fi
 out=$1
 data=${2:-../shared/data}
 deadline=$((SECONDS + ${DEADLINE_S:-540}))
-steps=",${STEPS:-bench,pfl,captured,conv,dispfl,smoke,gap,profile},"
+steps=",${STEPS:-rounds,bench,pfl,captured,conv,dispfl,smoke,gap,profile},"
 dev=${DEVICE:-cuda}
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$out"
@@ -58,6 +59,8 @@ except FedpartError as exc:
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
     $py -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda')"
 } 2>&1 | tee "$out/env.txt"
+step rounds "${ROUNDS_S:-120}" rounds.md $py benchmarks/captured_round.py --device "$dev" \
+    --data-root "$data" --rounds 3 --workloads fedper,fedavg,dfedpgp
 step bench "${BENCH_S:-150}" bench.log $py -m fedpart.cli bench --device "$dev" --data-root "$data" \
     --repeats 3 --out "$out/gpu-bench.md"
 if $py -c "import pfl" 2>/dev/null; then

@@ -220,7 +220,7 @@ def run_fedpart(args: argparse.Namespace, data: tuple) -> list[float]:
         },
         "evaluation": {"every": 10},
     }
-    overrides = [f"engine.device={args.device}"]
+    overrides = [f"engine.device={args.device}", *args.fedpart_set]
     if args.setting == "one thread":
         overrides.append("engine.threads=1")
     result = fedpart.run(config, overrides, write=False, data=bundle)
@@ -336,6 +336,8 @@ def one_run(args: argparse.Namespace, tool: str, setting: str) -> dict[str, Any]
     for key in ("iterations", "warmup", "users", "per_user", "cohort", "test", "seed"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     cmd += ["--device", args.device]
+    if args.fedpart_set:
+        cmd += ["--fedpart-set", *args.fedpart_set]
     if args.data_root:
         cmd += ["--data-root", args.data_root]
     proc = subprocess.run(cmd, env=child_env(setting), capture_output=True, text=True)
@@ -388,6 +390,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (pfl-research: its default)")
     p.add_argument("--data-root", default=None, help="a folder holding cifar-10-batches-bin")
     p.add_argument("--quick", action="store_true", help="a tiny run (seconds): a smoke test")
+    p.add_argument(
+        "--fedpart-set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more fedpart config overrides, e.g. engine.conv_layout=contiguous",
+    )
     p.add_argument("--child", choices=TOOLS, help=argparse.SUPPRESS)
     p.add_argument("--setting", default="defaults", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -409,7 +418,8 @@ def main(argv: list[str] | None = None) -> None:
         f"pfl {version('pfl')}, fedpart {fedpart.__version__}, torch {torch.__version__}, "
         f"{os.cpu_count()} CPUs, device {args.device}; {args.users} users x {args.per_user} "
         f"images, cohort {args.cohort}, {args.iterations} timed iterations after "
-        f"{args.warmup}, {args.repeats} runs each",
+        f"{args.warmup}, {args.repeats} runs each"
+        + (f"; fedpart with {' '.join(args.fedpart_set)}" if args.fedpart_set else ""),
         flush=True,
     )
     results = []
