@@ -17,6 +17,13 @@
 #   smoke      the pytest device checks (benchmarks/gpu_smoke.py) and kill-and-resume
 #   gap        benchmarks/gpu_batched_gap.py
 #   profile    benchmarks/gpu_round_profile.py (DFedPGP)
+#   repro      the paper-budget reproductions, in the order REPRO lists them (entries separated by
+#              ';', each "SCRIPT ARGS": benchmarks/SCRIPT/reproduce.py ARGS; default the Pa3dFL
+#              runs at the paper's budget), with whatever time is left: each run on the device
+#              (engine.device, engine.backend=auto, a checkpoint every 5 rounds) into
+#              REPRO_RUNS (default OUT_DIR/repro-runs), resumed from there by the next lease when
+#              the previous lease's run directories are put back there; the records the scripts
+#              write are copied to OUT_DIR/records/SCRIPT.
 # Everything goes to OUT_DIR (env.txt, one log or report per step) and, when ARCHIVE names a
 # file, into that one archive too (a lease returns few files). Record them in
 # docs/results/gpu.md with the GPU's name.
@@ -28,7 +35,7 @@ fi
 out=$1
 data=${2:-../shared/data}
 deadline=$((SECONDS + ${DEADLINE_S:-540}))
-steps=",${STEPS:-rounds,bench,pfl,captured,conv,dispfl,smoke,gap,profile},"
+steps=",${STEPS:-rounds,bench,pfl,captured,conv,dispfl,smoke,gap,profile,repro},"
 dev=${DEVICE:-cuda}
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$out"
@@ -78,6 +85,20 @@ step smoke "${SMOKE_S:-270}" smoke.log $py benchmarks/gpu_smoke.py --device "$de
 step gap "${GAP_S:-40}" gap.txt $py benchmarks/gpu_batched_gap.py --device "$dev"
 step profile "${PROFILE_S:-90}" profile.txt $py benchmarks/gpu_round_profile.py --device "$dev" \
     --data-root "$data" --workloads dfedpgp
+repro_runs=${REPRO_RUNS:-$out/repro-runs}
+IFS=';' read -ra queue <<< "${REPRO:-pa3dfl --scale paper --only budget}"
+for entry in "${queue[@]}"; do
+    read -ra words <<< "$entry"
+    [ ${#words[@]} -gt 0 ] || continue
+    script=${words[0]}
+    started=$(date +%s)
+    step repro "${REPRO_S:-100000}" repro.log $py "benchmarks/$script/reproduce.py" \
+        "${words[@]:1}" --jobs 1 --data-root "$data" --out "$repro_runs/$script" \
+        --set "engine.device=$dev" engine.backend=auto output.checkpoint_every=5
+    mkdir -p "$out/records/$script"
+    find "benchmarks/$script/results" -name '*.json' -newermt "@$started" \
+        -exec cp {} "$out/records/$script/" \; 2>/dev/null
+done
 if [ -n "${ARCHIVE:-}" ]; then
     tar -czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "[gpu_checks] archive: $ARCHIVE"
 fi

@@ -8,6 +8,7 @@ a reproduction can be stopped and restarted at will.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import statistics
@@ -36,6 +37,9 @@ class Job:
     run_dir: Path
     overrides: tuple[str, ...] = field(default_factory=tuple)
     extends: Path | None = None
+    #: overrides after everything else a new run is given (``--set``: e.g. a GPU's
+    #: ``engine.device=cuda engine.backend=auto``); recorded in the run's config.yaml
+    settings: tuple[str, ...] = field(default_factory=tuple)
 
 
 def diverged(reason: str) -> bool:
@@ -77,6 +81,7 @@ def run_job(job: Job) -> dict:
             "engine.cache_features=false",  # per-batch body passes, as the recorded numbers
             *job.overrides,
             "engine.threads=1",
+            *job.settings,
             f"output.dir={job.run_dir}",
             "output.overwrite=true",
             "--quiet",
@@ -109,6 +114,14 @@ def reproduction_parser(doc: str, experiments: Sequence[str]) -> argparse.Argume
     ap.add_argument("--data-root", default=DATA_ROOT)
     ap.add_argument("--configs", default="", help="only runs of these configs (comma-separated)")
     ap.add_argument("--report", action="store_true", help="print the tables from the records only")
+    ap.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides of every new run, after the script's own (on a GPU: engine.device=cuda "
+        "engine.backend=auto output.checkpoint_every=5)",
+    )
     return ap
 
 
@@ -137,13 +150,19 @@ def run_missing(
     record: Callable[[str, dict, Path], None],
     parallel: int,
     record_failure: Callable[[str, str], None] | None = None,
+    settings: Sequence[str] = (),
 ) -> None:
     """Run (or resume) the jobs whose record ``load(label)`` does not find, ``parallel`` at a
     time, calling ``record(label, summary, run_dir)`` as each finishes. A failed run (e.g.
     diverged) is reported by :func:`run_job`; ``record_failure(label, reason)``, when given,
     records it, so the tables can say so; any other failure (a broken environment, a missing
-    dataset) is only reported, so the next invocation tries the run again."""
-    todo = [job for job in jobs if load(job.label) is None]
+    dataset) is only reported, so the next invocation tries the run again. ``settings`` (the
+    command line's ``--set``) are given to every new run after its own overrides."""
+    todo = [
+        dataclasses.replace(job, settings=tuple(settings))
+        for job in jobs
+        if load(job.label) is None
+    ]
     print(
         f"{len(jobs) - len(todo)} of {len(jobs)} runs recorded; running {len(todo)}",
         file=sys.stderr,
@@ -198,7 +217,11 @@ def reproduce(
     if not args.report:
         runs = selected_runs(ap, args, experiments)
         run_missing(
-            [job(name, entry, args) for name, entry in runs.items()], load, record, args.jobs
+            [job(name, entry, args) for name, entry in runs.items()],
+            load,
+            record,
+            args.jobs,
+            settings=args.set,
         )
     print(report())
 

@@ -1010,7 +1010,7 @@ def main() -> None:
             )
             for name, (config, overrides) in runs.items()
         ]
-        run_missing(jobs, load, record, args.jobs, record_failure)
+        run_missing(jobs, load, record, args.jobs, record_failure, settings=args.set)
     if args.docs:
         write_docs(HERE.parents[1] / "docs" / "results")
     else:

@@ -770,7 +770,7 @@ def main() -> None:
                     extends,
                 )
             )
-        run_missing(jobs, load, record, args.jobs, record_failure)
+        run_missing(jobs, load, record, args.jobs, record_failure, settings=args.set)
     text = report()
     if args.page:
         PAGE.write_text(sync_page(PAGE.read_text(), text))
