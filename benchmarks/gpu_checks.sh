@@ -99,6 +99,9 @@ for entry in "${queue[@]}"; do
     find "benchmarks/$script/results" -name '*.json' -newermt "@$started" \
         -exec cp {} "$out/records/$script/" \; 2>/dev/null
 done
+if [ -d "$repro_runs" ] && [ "$repro_runs" != "$out/repro-runs" ]; then
+    rm -rf "$out/repro-runs" && cp -r "$repro_runs" "$out/repro-runs"  # archived with the rest
+fi
 if [ -n "${ARCHIVE:-}" ]; then
     tar -czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "[gpu_checks] archive: $ARCHIVE"
 fi
