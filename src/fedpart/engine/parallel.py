@@ -24,6 +24,7 @@ simulation.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 from typing import Any
@@ -55,6 +56,62 @@ def _share(obj: Any) -> None:
                     _share(item)
 
 
+#: dtypes sent as their raw bytes (numpy has them); others go through torch's own pickling
+_RAW = {
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+}
+
+
+def _raw_tensor(buf: bytearray, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor rebuilt from its bytes (the buffer becomes its storage: no copy)."""
+    kind = getattr(torch, dtype.removeprefix("torch."))
+    if not buf:
+        return torch.empty(shape, dtype=kind)
+    return torch.frombuffer(buf, dtype=kind).reshape(shape)
+
+
+def _reduce_tensor(obj: Any) -> Any:
+    """How a CPU tensor travels: its raw bytes, a dtype and a shape (protocol 5 sends the bytes
+    as one ``bytearray``: a copy of the data and nothing else). torch's own pickling of a tensor
+    costs 5–12 ms per 6.5 MB state against 0.7 ms for the bytes. Anything else: ``NotImplemented``
+    (the default)."""
+    if (
+        type(obj) is torch.Tensor
+        and obj.device.type == "cpu"
+        and obj.layout is torch.strided
+        and not obj.requires_grad
+        and obj.dtype in _RAW
+    ):
+        data = obj.detach().contiguous().numpy()
+        return _raw_tensor, (pickle.PickleBuffer(data), str(obj.dtype), tuple(obj.shape))
+    return NotImplemented
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        return _reduce_tensor(obj)
+
+
+class _CloudPickler(cloudpickle.CloudPickler):
+    def reducer_override(self, obj: Any) -> Any:
+        reduced = _reduce_tensor(obj)
+        return super().reducer_override(obj) if reduced is NotImplemented else reduced
+
+
+def _dumps(obj: Any, pickler: type[pickle.Pickler] = _Pickler) -> bytes:
+    out = io.BytesIO()
+    pickler(out, protocol=5).dump(obj)
+    return out.getvalue()
+
+
 def _init_worker(model: Any, data: Any, threads: int) -> None:
     torch.set_num_threads(threads)
     _WORKER["model"] = model
@@ -78,7 +135,7 @@ def _by_value(obj: Any) -> bytes:
     """``obj`` serialised with its tensors' bytes inline. Returning tensors themselves would send
     each through torch's shared-memory reduction, one file descriptor per tensor: a round of
     1,000 clients ran out of descriptors and the pool's result thread died, hanging the run."""
-    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _dumps(obj)
 
 
 def default_workers() -> int:
@@ -116,7 +173,7 @@ class ProcessTrainer:
         first so that the last worker to finish waits as little as possible."""
         order = sorted(range(len(jobs)), key=lambda i: -self.sizes[jobs[i][0]])
         # serialised lazily, by the pool's task feeder, while the workers train the first jobs
-        payloads = (cloudpickle.dumps((*jobs[i], rnd)) for i in order)
+        payloads = (_dumps((*jobs[i], rnd), _CloudPickler) for i in order)
         results = [pickle.loads(r) for r in self.pool.imap(_run, payloads, chunksize=1)]
         by_position = dict(zip(order, results, strict=True))
         return {jobs[i][0]: by_position[i] for i in range(len(jobs))}
