@@ -24,15 +24,18 @@ simulation.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import pickle
+from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
 import torch
 import torch.multiprocessing as mp
 
+from fedpart.engine import arena
 from fedpart.engine.evaluation import body_features
 from fedpart.engine.store import compact_state
 from fedpart.engine.training import TrainResult, TrainSettings, train_client
@@ -118,12 +121,30 @@ def _init_worker(model: Any, data: Any, threads: int) -> None:
     _WORKER["data"] = data
 
 
+def _mapped(path: str, size: int) -> torch.Tensor:
+    """The driver's arena file, mapped once per file by this worker."""
+    if _WORKER.get("arena_path") != path:
+        _WORKER["arena"] = arena.attach(path, size)
+        _WORKER["arena_path"] = path
+    return _WORKER["arena"]
+
+
 def _run(payload: bytes) -> bytes:
-    client, start, recipe, settings, frozen, rnd = cloudpickle.loads(payload)
+    """One job: its start state from its arena slot (or the payload), trained; the trained state
+    back into the slot when it has the start's layout (else in the reply)."""
+    client, start, recipe, settings, frozen, rnd, slot = cloudpickle.loads(payload)
+    mem = None
+    if slot is not None:
+        path, size, base, entries = slot
+        mem = _mapped(path, size)
+        start = arena.read(mem, base, entries)
     result = train_client(
         _WORKER["model"], start, recipe, _WORKER["data"], client, rnd, settings, frozen
     )
-    return _by_value(result)
+    if mem is not None and arena.layout(result.state)[0] == entries:
+        arena.write(mem, base, entries, result.state)
+        return _by_value((dataclasses.replace(result, state={}), True))
+    return _by_value((result, False))
 
 
 def _features(payload: bytes) -> bytes:
@@ -167,14 +188,40 @@ class ProcessTrainer:
         self.pool = context.Pool(
             self.workers, initializer=_init_worker, initargs=(model, sim.data, engine.threads or 1)
         )
+        #: the shared file the states travel through (:mod:`fedpart.engine.arena`)
+        self.arena = arena.Arena()
 
     def train(self, jobs: list[Job], rnd: int) -> dict[int, TrainResult]:
         """Train ``jobs`` (one per client) in the workers; the longest clients are handed out
         first so that the last worker to finish waits as little as possible."""
         order = sorted(range(len(jobs)), key=lambda i: -self.sizes[jobs[i][0]])
-        # serialised lazily, by the pool's task feeder, while the workers train the first jobs
-        payloads = (_dumps((*jobs[i], rnd), _CloudPickler) for i in order)
-        results = [pickle.loads(r) for r in self.pool.imap(_run, payloads, chunksize=1)]
+        layouts = [arena.layout(jobs[i][1]) for i in order]
+        slot_bytes = max((size for _, size in layouts), default=0)
+        shared = self.arena.ensure(slot_bytes * len(order))
+        slots: list[tuple[str, int, int, arena.Layout] | None] = [
+            (self.arena.path, self.arena.size, pos * slot_bytes, entries) if shared else None
+            for pos, (entries, _) in enumerate(layouts)
+        ]
+
+        def payloads() -> Iterator[bytes]:
+            # made lazily, by the pool's task feeder, while the workers train the first jobs
+            for pos, i in enumerate(order):
+                client, start, *rest = jobs[i]
+                slot = slots[pos]
+                if slot is not None:
+                    assert self.arena.mem is not None
+                    arena.write(self.arena.mem, slot[2], slot[3], start)
+                yield _dumps((client, None if slot else start, *rest, rnd, slot), _CloudPickler)
+
+        results = []
+        for pos, reply in enumerate(self.pool.imap(_run, payloads(), chunksize=1)):
+            result, in_slot = pickle.loads(reply)
+            if in_slot:  # copied out before the next round reuses the slot
+                slot = slots[pos]
+                assert slot is not None and self.arena.mem is not None
+                state = arena.read(self.arena.mem, slot[2], slot[3])
+                result = dataclasses.replace(result, state={k: v.clone() for k, v in state.items()})
+            results.append(result)
         by_position = dict(zip(order, results, strict=True))
         return {jobs[i][0]: by_position[i] for i in range(len(jobs))}
 
@@ -203,3 +250,4 @@ class ProcessTrainer:
     def close(self) -> None:
         self.pool.close()
         self.pool.join()
+        self.arena.close()
