@@ -9,10 +9,13 @@ sequential backend's at the same thread count, bit for bit (tests).
 
 The model and the data pool are handed to the workers once, when the pool starts: their
 tensors are moved to shared memory first, so every worker maps the same pages instead of
-holding a copy. Per round, each task carries its client's start state, recipe and optimiser
-settings (serialised with ``cloudpickle``, since recipes may hold closures such as FedProx's
-proximal term); results come back serialised by value (sending each returned tensor through
-shared memory costs a file descriptor, and a thousand clients ran out of them). Methods with their own local update
+holding a copy. Per round, each task carries its client's recipe and optimiser settings
+(serialised with ``cloudpickle``, since recipes may hold closures) and its slot in the driver's
+shared file (:mod:`fedpart.engine.arena`), through which the start state goes to the worker and
+the trained state comes back; where the file cannot be made, the states travel in the tasks,
+each tensor as its raw bytes (torch's own pickling of a tensor is ten times slower; sending each
+tensor through torch's shared memory costs a file descriptor, and a thousand clients ran out of
+them). Methods with their own local update
 run in the driver, as on the Ray backend; aggregation and mixing stay there too. Evaluation's
 body passes — most of its arithmetic — are spread over the same workers, batch for batch as
 the driver would compute them (``evaluation.evaluate_clients``' ``feature_map``).
