@@ -68,21 +68,11 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pad_sequence
 
 from fedpart.engine import captured
-from fedpart.engine.batched_step import (
-    client_batches,
-    gather_batches,
-    grouped_step,
-    make_step,
-    samples_per_epoch,
-    select_slots,
-    sgd_update,
-    steps_per_epoch,
-)
+from fedpart.engine.batched_step import eager_phase, samples_per_epoch, steps_per_epoch
 from fedpart.engine.data import FederatedData
-from fedpart.engine.recipe import Recipe, cross_entropy, skeleton, tensor_slots
+from fedpart.engine.recipe import Recipe, skeleton, tensor_slots
 from fedpart.engine.training import TrainResult, TrainSettings, trainable_keys
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
@@ -303,7 +293,7 @@ def _train_group(
                 step_losses,
             )
         else:
-            _eager_phase(
+            eager_phase(
                 model,
                 recipe,
                 phase_no,
@@ -346,72 +336,6 @@ def _train_group(
         mean = loss_sum[i] / samples[i] if samples[i] else 0.0
         results.append(TrainResult(state, mean, samples[i], steps[i], logs[i]))
     return results
-
-
-def _eager_phase(
-    model: BlockModel,
-    recipe: Recipe,
-    phase_no: int,
-    key_order: list[str],
-    keys: list[str],
-    stacked: State,
-    slots: tuple[Tensor, ...],
-    slot_dims: tuple[int | None, ...],
-    data: FederatedData,
-    clients: list[int],
-    rnd: int,
-    epochs: int,
-    totals: list[int],
-    lr: float,
-    scale: Tensor | None,
-    settings: TrainSettings,
-    step_losses: list[tuple[Tensor, list[int]]],
-) -> None:
-    """One phase of the group's clients (sorted by steps, longest first), step by step on the
-    prefix of clients still training (the module's text)."""
-    device = next(iter(stacked.values())).device
-    wd, momentum = settings.weight_decay, settings.momentum
-    default_ce = recipe.objective is None and recipe.criterion is cross_entropy
-    plain_step = make_step(model, recipe, phase_no, key_order, False, slot_dims)
-    weighted_step = make_step(model, recipe, phase_no, key_order, True, slot_dims)
-    others = [k for k in key_order if k not in set(keys)]
-    batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
-    bufs: list[Tensor] = []
-    active = len(clients)
-    for t in range(totals[0]):
-        while totals[active - 1] <= t:
-            active -= 1
-        indices = [next(batches[i]) for i in range(active)]
-        lengths = [int(index.numel()) for index, _ in indices]
-        x_all, y_all = gather_batches(data, indices, device)
-        train = {k: stacked[k][:active] for k in keys}
-        other = {k: stacked[k][:active] for k in others}
-        live = select_slots(slots, slot_dims, slice(0, active))
-        if min(lengths) == max(lengths):
-            x = x_all.view(active, lengths[0], *x_all.shape[1:])
-            y = y_all.view(active, lengths[0])
-            grads, losses = plain_step(train, other, x, y, live)
-            drawn = []
-        else:
-            drawn = list(zip(x_all.split(lengths), y_all.split(lengths), strict=True))
-        if drawn and default_ce:
-            x = pad_sequence([x for x, _ in drawn], batch_first=True)
-            y = pad_sequence([y for _, y in drawn], batch_first=True)
-            w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
-            grads, losses = weighted_step(train, other, x, y, live, w)
-        elif drawn:
-            grads, losses = grouped_step(plain_step, train, other, drawn, lengths, live, slot_dims)
-        step_losses.append((losses, lengths))
-        sgd_update(
-            [train[k] for k in keys],
-            [grads[k] for k in keys],
-            bufs,
-            t,
-            lr,
-            wd,
-            momentum,
-            None if scale is None else scale[:active],
-        )
 
 
 def _stack_slots(

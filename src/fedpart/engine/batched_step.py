@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
+from torch.nn.utils.rnn import pad_sequence
 
 from fedpart.engine.data import FederatedData
-from fedpart.engine.recipe import Recipe, with_tensors
+from fedpart.engine.recipe import Recipe, cross_entropy, with_tensors
 from fedpart.engine.training import TrainSettings, batch_slices
 from fedpart.models import BlockModel
 from fedpart.seeding import torch_generator
@@ -232,3 +233,70 @@ def sgd_update(
             torch._foreach_add_(view, d)  # b = momentum·b + d
         d = view
     torch._foreach_add_(params, d, alpha=-lr)  # p = p − lr·d
+
+
+def eager_phase(
+    model: BlockModel,
+    recipe: Recipe,
+    phase_no: int,
+    key_order: list[str],
+    keys: list[str],
+    stacked: State,
+    slots: tuple[Tensor, ...],
+    slot_dims: tuple[int | None, ...],
+    data: FederatedData,
+    clients: list[int],
+    rnd: int,
+    epochs: int,
+    totals: list[int],
+    lr: float,
+    scale: Tensor | None,
+    settings: TrainSettings,
+    step_losses: list[tuple[Tensor, list[int]]],
+) -> None:
+    """One phase of a group's clients (sorted by steps, longest first), step by step on the
+    prefix of clients still training (:mod:`fedpart.engine.batched`'s text): each step's
+    losses appended to ``step_losses``, the stacked tensors updated in place."""
+    device = next(iter(stacked.values())).device
+    wd, momentum = settings.weight_decay, settings.momentum
+    default_ce = recipe.objective is None and recipe.criterion is cross_entropy
+    plain_step = make_step(model, recipe, phase_no, key_order, False, slot_dims)
+    weighted_step = make_step(model, recipe, phase_no, key_order, True, slot_dims)
+    others = [k for k in key_order if k not in set(keys)]
+    batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
+    bufs: list[Tensor] = []
+    active = len(clients)
+    for t in range(totals[0]):
+        while totals[active - 1] <= t:
+            active -= 1
+        indices = [next(batches[i]) for i in range(active)]
+        lengths = [int(index.numel()) for index, _ in indices]
+        x_all, y_all = gather_batches(data, indices, device)
+        train = {k: stacked[k][:active] for k in keys}
+        other = {k: stacked[k][:active] for k in others}
+        live = select_slots(slots, slot_dims, slice(0, active))
+        if min(lengths) == max(lengths):
+            x = x_all.view(active, lengths[0], *x_all.shape[1:])
+            y = y_all.view(active, lengths[0])
+            grads, losses = plain_step(train, other, x, y, live)
+            drawn = []
+        else:
+            drawn = list(zip(x_all.split(lengths), y_all.split(lengths), strict=True))
+        if drawn and default_ce:
+            x = pad_sequence([x for x, _ in drawn], batch_first=True)
+            y = pad_sequence([y for _, y in drawn], batch_first=True)
+            w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
+            grads, losses = weighted_step(train, other, x, y, live, w)
+        elif drawn:
+            grads, losses = grouped_step(plain_step, train, other, drawn, lengths, live, slot_dims)
+        step_losses.append((losses, lengths))
+        sgd_update(
+            [train[k] for k in keys],
+            [grads[k] for k in keys],
+            bufs,
+            t,
+            lr,
+            wd,
+            momentum,
+            None if scale is None else scale[:active],
+        )
