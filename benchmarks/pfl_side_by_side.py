@@ -181,10 +181,10 @@ def peak_rss() -> dict[str, float]:
     return {"rss_mib": round(own, 1), "children_rss_mib": round(kids, 1)}
 
 
-def run_fedpart(args: argparse.Namespace, data: tuple) -> list[float]:
-    """Per-round seconds of a fedpart FedAvg run of the workload."""
+def fedpart_bundle(data: tuple) -> fedpart.DatasetBundle:
+    """The workload's images as fedpart takes them (uint8 NCHW, normalised per batch)."""
     x, y, xt, yt = data
-    bundle = fedpart.DatasetBundle(
+    return fedpart.DatasetBundle(
         name="cifar_shaped",
         train_x=torch.from_numpy(x),
         train_y=torch.from_numpy(y),
@@ -196,6 +196,11 @@ def run_fedpart(args: argparse.Namespace, data: tuple) -> list[float]:
         std=STD,
         augment="none",
     )
+
+
+def run_fedpart(args: argparse.Namespace, data: tuple) -> list[float]:
+    """Per-round seconds of a fedpart FedAvg run of the workload."""
+    bundle = fedpart_bundle(data)
     config = {
         "seed": args.seed,
         # every user's 50 images train; the test images are evaluated by the server model

@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pfl_side_by_side as workload  # noqa: E402
 
-import fedpart  # noqa: E402
 from fedpart.api import _as_config, in_memory  # noqa: E402
 from fedpart.engine import parallel  # noqa: E402
 from fedpart.engine.simulation import Simulation  # noqa: E402
@@ -66,19 +65,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")
     args = p.parse_args()
     torch.set_num_threads(1)
-    x, y, xt, yt = workload.workload_data(1000, 50, 10000, 0, None)
-    bundle = fedpart.DatasetBundle(
-        name="cifar_shaped",
-        train_x=torch.from_numpy(x),
-        train_y=torch.from_numpy(y),
-        test_x=torch.from_numpy(xt),
-        test_y=torch.from_numpy(yt),
-        num_classes=10,
-        input_shape=(3, 32, 32),
-        mean=workload.MEAN,
-        std=workload.STD,
-        augment="none",
-    )
+    bundle = workload.fedpart_bundle(workload.workload_data(1000, 50, 10000, 0, None))
     name = in_memory(bundle)
     pool_time = {"s": 0.0}
     train = parallel.ProcessTrainer.train
