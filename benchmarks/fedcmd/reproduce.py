@@ -295,6 +295,7 @@ def report() -> str:
             )
     lines.extend(vote_readings.report(load))
     lines.extend(vote_readings.report_full(load))
+    lines.extend(vote_readings.report_table9(load, TABLE9))
     return "\n".join(lines)
 
 

@@ -117,7 +117,53 @@ def experiments(
                         planned.add((d, a, s, layer))
                         overrides = (*cell_overrides(a, s), *READINGS[r][0])
                         full.append((full_name(r, d, a, s), "fedcmd", d, overrides))
-    return {"readings": sel, "readings-full": full}
+    # Table IX's longer selection phases under the rule's reading (K_p = 20 is Table VI's cell)
+    table9 = [
+        (
+            table9_name(kp),
+            "fedcmd",
+            "fmnist",
+            (f"algorithm.selection_rounds={kp}", *READINGS["argued"][0]),
+        )
+        for kp in TABLE9_KP
+    ]
+    return {"readings": sel, "readings-full": full, "table9-argued": table9}
+
+
+#: Table IX's K_p beyond 20 (the paper: 60 and 100)
+TABLE9_KP = (60, 100)
+
+
+def table9_name(kp: int) -> str:
+    return f"fedcmd-argued-kp{kp}-fmnist"
+
+
+def report_table9(load: Callable[[str], dict | None], paper: dict[int, float]) -> list[str]:
+    """Table IX (Fashion-MNIST α = 0.1, seed 42) under today's reading and the rule's: the
+    200-round number and the layer kept for each K_p."""
+
+    def cell(rec: dict | None) -> str:
+        if rec is None:
+            return "— (not run)"
+        value = 100 * rec["summary"]["participants_accuracy_before"]["last10_mean"]
+        return f"{value:.3f} ({rec['summary'].get('fedcmd', {}).get('layer', '?')})"
+
+    lines = [
+        "\n### Table IX (Fashion-MNIST, FedCMD vs K_p) under today's reading and the rule's "
+        'reading ("argued"): last-10-round mean of the participants\' accuracy before training '
+        "(%) and the layer kept\n",
+        "| K_p | today's reading | the rule's reading | paper |",
+        "| --- | --- | --- | --- |",
+    ]
+    for kp, value in paper.items():
+        today = load("fedcmd-fmnist" if kp == 20 else f"fedcmd-kp{kp}-fmnist")
+        if kp == 20:  # the rule's reading at K_p = 20: the run of the layer it keeps
+            layer = kept(load, "argued", "fmnist", "a01", 42)
+            argued = None if layer is None else layer_run(load, "fmnist", "a01", 42, layer)
+        else:
+            argued = load(table9_name(kp))
+        lines.append(f"| {kp} | {cell(today)} | {cell(argued)} | {value:.3f} |")
+    return lines
 
 
 def _winners(rec: dict) -> list[str]:
