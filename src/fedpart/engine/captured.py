@@ -57,9 +57,10 @@ __all__ = ["Program", "capturable", "rows_for"]
 State = dict[str, Tensor]
 
 #: programs kept (least recently used dropped first; a program holds its model, so the model's
-#: ``id`` in the key cannot be reused while it is kept). Rounds whose learning rate decays make
-#: one program per round.
-KEEP = 8
+#: ``id`` in the key cannot be reused while it is kept). A program holds about three times its
+#: group's stacked state between rounds (parameters, rows set aside, momentum buffers) besides its
+#: graphs' memory. Rounds whose learning rate decays make one program per round.
+KEEP = 4
 _PROGRAMS: OrderedDict[Hashable, Program] = OrderedDict()
 
 
