@@ -90,3 +90,22 @@ def test_a_run_uses_the_file_and_leaves_none_behind(tiny_cfg, monkeypatch):
     after = {f for f in os.listdir("/dev/shm") if f.startswith("fedpart-")}
     assert after <= before
     assert made and all(made)  # every round's states went through the file
+
+
+def test_the_file_of_a_driver_that_is_gone_is_removed(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    orphan = tmp_path / f"fedpart-{int(dead.stdout)}-0-deadbeef"
+    mine = tmp_path / f"fedpart-{os.getpid()}-0-cafecafe"
+    other = tmp_path / "fedpart-notes.txt"
+    for f in (orphan, mine, other):
+        f.write_bytes(b"x")
+    assert arena.remove_orphans(str(tmp_path)) == [orphan.name]
+    assert not orphan.exists() and mine.exists() and other.exists()

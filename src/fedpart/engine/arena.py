@@ -13,7 +13,8 @@ the task. The values are copied bit for bit, so the numbers do not change.
 The file is created with its full size reserved (``posix_fallocate``: a full ``/dev/shm`` is an
 error at once, never a crash when a page is touched), grows when a round needs more slots, and
 is removed when the pool closes or, at the latest, when the driver's interpreter exits (a driver
-killed with SIGKILL leaves it behind: ``/dev/shm/fedpart-*``). Where it cannot be made, the
+killed with SIGKILL leaves it behind, ``/dev/shm/fedpart-PID-*``, until the next driver on this
+machine removes the files of drivers that are gone). Where it cannot be made, the
 states travel through the pipes as before.
 """
 
@@ -92,6 +93,7 @@ class Arena:
         self.path: str | None = None
         self.size = 0
         self.mem: Tensor | None = None
+        remove_orphans(self.folder)
 
     def ensure(self, size: int) -> bool:
         """Make the file at least ``size`` bytes; False (and no file) where it cannot be made."""
@@ -121,6 +123,25 @@ class Arena:
         if self.path is not None:
             self._finalizer()
         self.path, self.size, self.mem = None, 0, None
+
+
+def remove_orphans(folder: str) -> list[str]:
+    """Remove the arena files in ``folder`` whose driver process is gone (a driver killed with
+    SIGKILL cannot remove its own); returns their names."""
+    gone = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(folder)):
+            parts = name.split("-")
+            if len(parts) != 4 or parts[0] != "fedpart" or not parts[1].isdigit():
+                continue
+            try:
+                os.kill(int(parts[1]), 0)
+            except ProcessLookupError:
+                _remove(os.path.join(folder, name))
+                gone.append(name)
+            except OSError:  # alive, another user's
+                continue
+    return gone
 
 
 def _remove(path: str) -> None:
