@@ -227,13 +227,19 @@ def train_phase(
         x_all, y_all = gather_batches(data, indices, program.scale.device)
         rows = rows_for(active, program.size)
         x, y, w = program.batch_inputs(rows, x_all)
-        pos = torch.tensor(
-            [i * bs + j for i, m in enumerate(lengths) for j in range(m)], device=x.device
-        )
         with torch.no_grad():
-            x.view(rows * bs, *x.shape[2:]).index_copy_(0, pos, x_all)
-            y.view(-1).index_copy_(0, pos, y_all)
-            w.zero_().view(-1).index_fill_(0, pos, 1.0)
+            w.zero_()
+            if min(lengths) == bs:  # the usual step: every batch full, a prefix of the rows
+                x[:active].copy_(x_all.view(active, bs, *x_all.shape[1:]))
+                y[:active].copy_(y_all.view(active, bs))
+                w[:active] = 1.0
+            else:  # ragged: each client's samples at the start of its row
+                pos = torch.tensor(
+                    [i * bs + j for i, m in enumerate(lengths) for j in range(m)], device=x.device
+                )
+                x.view(rows * bs, *x.shape[2:]).index_copy_(0, pos, x_all)
+                y.view(-1).index_copy_(0, pos, y_all)
+                w.view(-1).index_fill_(0, pos, 1.0)
         train, other, bufs, live = program.phase_state(phase_no, keys, rows)
         scale = program.scale[:rows] if program.scaled else None
 
