@@ -9,8 +9,10 @@ a warm-up round:
   the pool (``ProcessTrainer.train``: the jobs sent, trained and returned); the rest is the
   driver's sampling and aggregation.
 
-The ideal process round is the sequential one divided by the workers; the table gives the
-parallel efficiency (sequential / (workers x process round)).
+The ideal process round is the sequential one divided by the workers; the output gives the
+parallel efficiency (sequential / (workers x process round)). It also times the serialisation of
+one client state of this model (medians of 20): torch's own pickling of its tensors (cloudpickle,
+pickle) against the process backend's raw bytes (``fedpart.engine.parallel._dumps``).
 
     python benchmarks/process_round.py --workers 2 --rounds 3
 """
@@ -18,6 +20,7 @@ parallel efficiency (sequential / (workers x process round)).
 from __future__ import annotations
 
 import argparse
+import pickle
 import statistics
 import sys
 import time
@@ -27,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import cloudpickle  # noqa: E402
 import pfl_side_by_side as workload  # noqa: E402
 
 from fedpart.api import _as_config, in_memory  # noqa: E402
@@ -57,6 +61,25 @@ def config(name: str, backend: str, workers: int) -> dict:
         "evaluation": {"every": 10},
         "engine": {"backend": backend, "workers": workers, "threads": 1},
     }
+
+
+def serialisation_ms(state: dict) -> dict[str, float]:
+    """Median milliseconds to serialise ``state`` three ways (after one untimed call each)."""
+    ways = {
+        "cloudpickle": lambda: cloudpickle.dumps(state),
+        "pickle": lambda: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),
+        "raw bytes": lambda: parallel._dumps(state, parallel._CloudPickler),
+    }
+    out = {}
+    for name, fn in ways.items():
+        fn()
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[name] = 1e3 * statistics.median(times)
+    return out
 
 
 def main() -> None:
@@ -94,6 +117,11 @@ def main() -> None:
     print(f"sequential round (one thread): {seq:.3f} s")
     print(f"process round ({args.workers} workers): {proc:.3f} s, of which the pool {pool:.3f} s")
     print(f"parallel efficiency: {seq / (args.workers * proc):.2f}")
+    model = workload.SimpleCNN(10, (3, 32, 32))
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    size = sum(v.numel() * v.element_size() for v in state.values()) / 1e6
+    ms = ", ".join(f"{k} {v:.2f} ms" for k, v in serialisation_ms(state).items())
+    print(f"serialising one {size:.1f}-MB client state: {ms}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 The process backend (:mod:`fedpart.engine.parallel`) sends every job a start state and gets a
 trained state back. Through the pool's pipes each is pickled, copied into the pipe in 64-KB
-pieces, read back and unpickled: about 30 ms per client for a 6.5-MB state (pfl-research's CNN),
-a third of that client's training (docs/results/performance.md). An :class:`Arena` is one file
+pieces, read back and unpickled: with pfl-research's CNN (6.5-MB states) a job held a worker
+148 ms for 100 ms of training (docs/results/performance.md). An :class:`Arena` is one file
 in shared memory (``/dev/shm`` where it exists) that the driver and every worker map: job ``i``
 of a round gets slot ``i``; the driver copies the job's start state into the slot, the worker
 trains from views of it and writes the trained state back into the same slot, and the driver

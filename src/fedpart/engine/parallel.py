@@ -13,7 +13,8 @@ holding a copy. Per round, each task carries its client's recipe and optimiser s
 (serialised with ``cloudpickle``, since recipes may hold closures) and its slot in the driver's
 shared file (:mod:`fedpart.engine.arena`), through which the start state goes to the worker and
 the trained state comes back; where the file cannot be made, the states travel in the tasks,
-each tensor as its raw bytes (torch's own pickling of a tensor is ten times slower; sending each
+each tensor as its raw bytes (a little faster than torch's own pickling of a tensor,
+``benchmarks/process_round.py``; sending each
 tensor through torch's shared memory costs a file descriptor, and a thousand clients ran out of
 them). Methods with their own local update
 run in the driver, as on the Ray backend; aggregation and mixing stay there too. Evaluation's
@@ -86,9 +87,8 @@ def _raw_tensor(buf: bytearray, dtype: str, shape: tuple[int, ...]) -> torch.Ten
 
 def _reduce_tensor(obj: Any) -> Any:
     """How a CPU tensor travels: its raw bytes, a dtype and a shape (protocol 5 sends the bytes
-    as one ``bytearray``: a copy of the data and nothing else). torch's own pickling of a tensor
-    costs 5–12 ms per 6.5 MB state against 0.7 ms for the bytes. Anything else: ``NotImplemented``
-    (the default)."""
+    as one ``bytearray``: a copy of the data and nothing else; ``benchmarks/process_round.py``
+    times it against torch's own pickling). Anything else: ``NotImplemented`` (the default)."""
     if (
         type(obj) is torch.Tensor
         and obj.device.type == "cpu"
