@@ -425,3 +425,27 @@ def test_uapdfl_threshold_rule_takes_the_largest_rare_candidate(tmp_path, monkey
         rounds = [{"round": r, "dropout_clients": 30 if r < 5 else 12} for r in range(30)]
         cal.grid_path(t, 0.5).write_text(json.dumps({"rounds": rounds}))
     assert cal.chosen()["threshold"] == 1e-3
+
+
+def test_fedcmd_readings_resolve_to_what_their_records_ran():
+    """The default is the rule's reading now; every reading's overrides still resolve to the
+    choices its selection-phase records ran with, so a reading means what it meant before."""
+    from types import SimpleNamespace
+
+    from fedpart.algorithms.fedcmd import FedCMD, FedCMDOptions
+
+    vr = _load("benchmarks/fedcmd/vote_readings.py")
+    records = ROOT / "benchmarks" / "fedcmd" / "results"
+    checked = 0
+    for reading, (overrides, _) in vr.READINGS.items():
+        values = dict(o.removeprefix("algorithm.").split("=", 1) for o in overrides)
+        want = FedCMD.reading(SimpleNamespace(options=FedCMDOptions(**values)))
+        for a in vr.ALPHAS:
+            for d in vr.DATASETS:
+                for s in vr.SEEDS:
+                    path = records / f"{vr.selection_name(reading, d, a, s)}.json"
+                    got = json.loads(path.read_text())["summary"]["fedcmd"]["reading"]
+                    assert got == want, path.name
+                    checked += 1
+    assert checked == len(vr.READINGS) * 12
+    assert vr.READINGS[vr.DEFAULT][0] == ()  # the default reading needs no override

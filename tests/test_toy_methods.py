@@ -92,22 +92,25 @@ def select(votes_by_round: list[dict[int, list[int]]], ties: dict, tied: bool = 
 
 
 def test_fedcmd_tie_rules_decide_the_client_the_round_and_the_final_vote():
+    first = {"client_tie": "first", "round_tie": "first", "final_tie": "first"}
     algo, _ = select([{0: [0]}], {})
     assert algo.candidates == ("fc1", "fc2", "classifier")
     # a client 1-1 between fc2 (its first batch) and fc1
     client = [{0: [1, 0]}]
-    assert select(client, {})[0].layer == "fc1"  # first: the earliest candidate
+    assert select(client, first)[0].layer == "fc1"  # first: the earliest candidate
+    assert select(client, {})[0].layer == "fc2"  # the default: first_seen (the authors' code)
     assert select(client, {"client_tie": "first_seen"})[0].layer == "fc2"
     assert select(client, {"client_tie": "prefer_fc2"})[0].layer == "fc2"
     # a round 2-2: clients 0 and 3 vote fc1, clients 1 and 2 fc2
     round_ = [{0: [0], 1: [1], 2: [1], 3: [0]}]
-    assert select(round_, {})[0].layer == "fc1"
+    assert select(round_, first)[0].layer == "fc1"
     assert select(round_, {"round_tie": "prefer_fc2"})[0].layer == "fc2"
     # 2-2 between fc2 and classifier, client 0 (the first participant) voting classifier
     round_ = [{0: [2], 1: [1], 2: [1], 3: [2]}]
-    algo, rows = select(round_, {}, tied=True)
+    algo, rows = select(round_, first, tied=True)
     assert algo.layer == "fc2"
     assert select(round_, {"round_tie": "first_seen"})[0].layer == "classifier"
+    assert select(round_, {})[0].layer == "classifier"
     assert rows[0]["fedcmd_votes"] == {"classifier": 2, "fc2": 2}
     assert rows[0]["fedcmd_batch_votes"] == {"fc1": 0, "fc2": 2, "classifier": 2}
     assert rows[0]["fedcmd_ties"] == {
@@ -118,12 +121,12 @@ def test_fedcmd_tie_rules_decide_the_client_the_round_and_the_final_vote():
     }
     # the rounds 1-1: fc2 won round 0, fc1 round 1
     final = [{0: [1]}, {0: [0]}]
-    algo, _ = select(final, {})
+    algo, _ = select(final, first)
     assert algo.layer == "fc1" and algo.summary_values()["final_tie"] == ["fc1", "fc2"]
     assert select(final, {"final_tie": "first_seen"})[0].layer == "fc2"
     assert select(final, {"final_tie": "prefer_fc2"})[0].layer == "fc2"
     # a batch that casts no vote is counted; a client with no vote at all abstains
-    _, rows = select([{0: [-1, 2], 1: [-1]}], {})
+    _, rows = select([{0: [-1, 2], 1: [-1]}], first)
     assert rows[0]["fedcmd_votes"] == {"classifier": 1}
     assert rows[0]["fedcmd_ties"]["no_vote_batches"] == 1
 

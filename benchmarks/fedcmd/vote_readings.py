@@ -5,7 +5,7 @@ The kept layer is decided in the K_p = 20 selection rounds, so the study first r
 (``federation.rounds=20 algorithm.selection_rounds=20``: the first 20 rounds of the 200-round
 protocol, whose training is FedAvg's whatever the reading) for every reading, both datasets,
 α ∈ {0.1, 1.0} and seeds 42-44 (experiment ``readings``). Full 200-round runs of a reading
-(experiment ``readings-full``) are for the readings that keep another layer than today's.
+(experiment ``readings-full``) are for the readings that keep another layer than the default's record.
 
     python benchmarks/fedcmd/reproduce.py --only readings --jobs 1
     python benchmarks/fedcmd/reproduce.py --only readings-full --jobs 1
@@ -15,23 +15,44 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-#: reading -> (its overrides of the FedCMD options, what it is); today's defaults first
+#: the reading of every FedCMD record made before the rule's reading became the default (the
+#: options' defaults until then): min–max fit, every tie to the earliest candidate, every batch
+#: votes
+MINMAX = (
+    "algorithm.fit=minmax",
+    "algorithm.tie_break=first",
+    "algorithm.client_tie=first",
+    "algorithm.round_tie=first",
+    "algorithm.final_tie=first",
+    "algorithm.degenerate=score",
+)
+#: the code variant's records made before the switch: its tie rules and batches were the
+#: defaults of then (the code variant now takes the authors' code's, as the default does)
+CODE_BEFORE = (
+    "algorithm.variant=code",
+    "algorithm.client_tie=first",
+    "algorithm.round_tie=first",
+    "algorithm.final_tie=first",
+    "algorithm.degenerate=score",
+)
+
+
+def on_minmax(*changes: str) -> tuple[str, ...]:
+    """The records' old reading with ``changes`` (``key=value`` overrides) replacing its own."""
+    keys = {c.split("=", 1)[0] for c in changes}
+    return tuple(o for o in MINMAX if o.split("=", 1)[0] not in keys) + changes
+
+
+#: reading -> (its overrides of the FedCMD options, what it is); the default first
 READINGS: dict[str, tuple[tuple[str, ...], str]] = {
-    "minmax": ((), "today's default: min–max fit, index labels, every tie to the earliest"),
-    "raw": (("algorithm.fit=raw",), "the raw mean and std"),
     "argued": (
-        (
-            "algorithm.fit=raw",
-            "algorithm.tie_break=prefer_fc2",
-            "algorithm.client_tie=first_seen",
-            "algorithm.round_tie=first_seen",
-            "algorithm.final_tie=first_seen",
-            "algorithm.degenerate=skip_single",
-        ),
-        "the rule's reading: raw fit (the text), the code's tie rules and size-1 skip",
+        (),
+        "the default, the rule's reading: raw fit (the text), the code's tie rules and size-1 skip",
     ),
+    "minmax": (MINMAX, "the records' reading before the switch: min–max fit, ties to the earliest"),
+    "raw": (on_minmax("algorithm.fit=raw"), "min–max's reading with the raw mean and std"),
     "ties-fc2": (
-        (
+        on_minmax(
             "algorithm.tie_break=prefer_fc2",
             "algorithm.client_tie=prefer_fc2",
             "algorithm.round_tie=prefer_fc2",
@@ -40,7 +61,7 @@ READINGS: dict[str, tuple[tuple[str, ...], str]] = {
         "min–max fit, every tie to fc2",
     ),
     "code-ties": (
-        (
+        on_minmax(
             "algorithm.tie_break=prefer_fc2",
             "algorithm.client_tie=first_seen",
             "algorithm.round_tie=first_seen",
@@ -49,12 +70,26 @@ READINGS: dict[str, tuple[tuple[str, ...], str]] = {
         ),
         "min–max fit, the authors' code's tie rules and size-1 skip",
     ),
-    "post-train": (("algorithm.granularity=post_train",), "one vote per client after training"),
-    "onehot": (("algorithm.labels=onehot",), "y one-hot"),
-    "raw-onehot": (("algorithm.fit=raw", "algorithm.labels=onehot"), "raw fit, y one-hot"),
-    "skip": (("algorithm.degenerate=skip",), "no vote from one-sample or one-class batches"),
+    "post-train": (
+        on_minmax("algorithm.granularity=post_train"),
+        "min–max's reading, one vote per client after training",
+    ),
+    "onehot": (on_minmax("algorithm.labels=onehot"), "min–max's reading, y one-hot"),
+    "raw-onehot": (
+        on_minmax("algorithm.fit=raw", "algorithm.labels=onehot"),
+        "min–max's reading, raw fit, y one-hot",
+    ),
+    "skip": (
+        on_minmax("algorithm.degenerate=skip"),
+        "min–max's reading, no vote from one-sample or one-class batches",
+    ),
 }
+#: the default reading (what ``fedcmd`` runs without overrides) and the records' old one
+DEFAULT, BEFORE = "argued", "minmax"
 ALPHAS = {"a1": 1.0, "a01": 0.1}
+#: Table IX's K_p beyond 20 (the paper: 60 and 100); Table VIII's seeds
+TABLE9_KP = (60, 100)
+TABLE8_SEEDS = (42, 43)
 SEEDS = (42, 43, 44)
 DATASETS = ("fmnist", "mnist")
 SELECTION = ("federation.rounds=20", "algorithm.selection_rounds=20")
@@ -117,59 +152,44 @@ def experiments(
                         planned.add((d, a, s, layer))
                         overrides = (*cell_overrides(a, s), *READINGS[r][0])
                         full.append((full_name(r, d, a, s), "fedcmd", d, overrides))
-    # Table IX's longer selection phases under the rule's reading (K_p = 20 is Table VI's cell)
-    table9 = [
+    # the records of the reading before the switch (min–max), named by it, under its overrides
+    before = []
+    for d in DATASETS:
+        for a, seeds in (("a01", SEEDS), ("a1", TABLE8_SEEDS)):
+            before += [
+                (full_name(BEFORE, d, a, s), "fedcmd", d, (*cell_overrides(a, s), *MINMAX))
+                for s in seeds
+            ]
+        ablation = ("algorithm.weighted_aggregation=false", *MINMAX)
+        before.append((f"fedcmd-{BEFORE}-noweighted-{d}", "fedcmd", d, ablation))
+    before += [
         (
-            table9_name(kp),
+            f"fedcmd-{BEFORE}-kp{kp}-fmnist",
             "fedcmd",
             "fmnist",
-            (f"algorithm.selection_rounds={kp}", *READINGS["argued"][0]),
+            (f"algorithm.selection_rounds={kp}", *MINMAX),
         )
         for kp in TABLE9_KP
     ]
-    # the rule's reading where it keeps today's layer (the default's own records: phase 1 and,
-    # with the same layer, phase 2 train as today's record did; these runs show it), and Fig. 5's
-    # ablation under it
-    redo = [
-        (full_name("argued", d, a, s), "fedcmd", d, (*cell_overrides(a, s), *READINGS["argued"][0]))
-        for a in ALPHAS
-        for d in DATASETS
-        for s in SEEDS
-        if load(full_name("argued", d, a, s)) is None
-        and load(recorded_name("fedcmd", d, a, s)) is not None
-    ]
-    redo += [
+    # the code variant's selection phase under its tie rules of today (its records ran with
+    # the tie rules of then: CODE_BEFORE)
+    code = [
         (
-            f"fedcmd-argued-noweighted-{d}",
+            f"sel-code-{d}-{a}-s{s}",
             "fedcmd",
             d,
-            (
-                *cell_overrides("a01", 42),
-                "algorithm.weighted_aggregation=false",
-                *READINGS["argued"][0],
-            ),
+            (*cell_overrides(a, s), *SELECTION, "algorithm.variant=code"),
         )
+        for a, seeds in (("a01", (42,)), ("a1", TABLE8_SEEDS))
         for d in DATASETS
+        for s in seeds
     ]
-    return {
-        "readings": sel,
-        "readings-full": full,
-        "table9-argued": table9,
-        "argued-redo": redo,
-    }
-
-
-#: Table IX's K_p beyond 20 (the paper: 60 and 100)
-TABLE9_KP = (60, 100)
-
-
-def table9_name(kp: int) -> str:
-    return f"fedcmd-argued-kp{kp}-fmnist"
+    return {"readings": sel, "readings-full": full, "minmax": before, "code-selection": code}
 
 
 def report_table9(load: Callable[[str], dict | None], paper: dict[int, float]) -> list[str]:
-    """Table IX (Fashion-MNIST α = 0.1, seed 42) under today's reading and the rule's: the
-    200-round number and the layer kept for each K_p."""
+    """Table IX (Fashion-MNIST α = 0.1, seed 42) under the default reading and the records' old
+    one: the 200-round number and the layer kept for each K_p."""
 
     def cell(rec: dict | None) -> str:
         if rec is None:
@@ -178,21 +198,49 @@ def report_table9(load: Callable[[str], dict | None], paper: dict[int, float]) -
         return f"{value:.3f} ({rec['summary'].get('fedcmd', {}).get('layer', '?')})"
 
     lines = [
-        "\n### Table IX (Fashion-MNIST, FedCMD vs K_p) under today's reading and the rule's "
-        'reading ("argued"): last-10-round mean of the participants\' accuracy before training '
-        "(%) and the layer kept\n",
-        "| K_p | today's reading | the rule's reading | paper |",
+        "\n### Table IX (Fashion-MNIST, FedCMD vs K_p) under the default reading (the rule's, "
+        '"argued") and the old one ("minmax"): last-10-round mean of the participants\' accuracy '
+        "before training (%) and the layer kept\n",
+        "| K_p | default (the rule's reading) | old default (min–max) | paper |",
         "| --- | --- | --- | --- |",
     ]
     for kp, value in paper.items():
-        today = load("fedcmd-fmnist" if kp == 20 else f"fedcmd-kp{kp}-fmnist")
-        if kp == 20:  # the rule's reading at K_p = 20: the run of the layer it keeps
-            layer = kept(load, "argued", "fmnist", "a01", 42)
-            argued = None if layer is None else layer_run(load, "fmnist", "a01", 42, layer)
+        if kp == 20:
+            default, before = load("fedcmd-fmnist"), load(full_name(BEFORE, "fmnist", "a01", 42))
         else:
-            argued = load(table9_name(kp))
-        lines.append(f"| {kp} | {cell(today)} | {cell(argued)} | {value:.3f} |")
+            default = load(f"fedcmd-kp{kp}-fmnist")
+            before = load(f"fedcmd-{BEFORE}-kp{kp}-fmnist")
+        lines.append(f"| {kp} | {cell(default)} | {cell(before)} | {value:.3f} |")
     return lines
+
+
+def same_training(load: Callable[[str], dict | None]) -> tuple[int, int, int]:
+    """The default's records against the old reading's where both keep the same layer (phase 1
+    does not depend on the reading, nor phase 2 given the layer): (cells compared, cells whose
+    every round's accuracies before and after training and bytes are equal, rounds compared)."""
+    keys = ("participants_accuracy_before", "participants_accuracy_after", "up_bytes", "down_bytes")
+    names = [
+        (recorded_name("fedcmd", d, a, s), full_name(BEFORE, d, a, s))
+        for a in ALPHAS
+        for d in DATASETS
+        for s in SEEDS
+    ]
+    names += [(f"fedcmd-noweighted-{d}", f"fedcmd-{BEFORE}-noweighted-{d}") for d in DATASETS]
+    names += [(f"fedcmd-kp{kp}-fmnist", f"fedcmd-{BEFORE}-kp{kp}-fmnist") for kp in TABLE9_KP]
+    cells = equal = rounds = 0
+    for new, old in names:
+        a, b = load(new), load(old)
+        if (
+            a is None
+            or b is None
+            or a["summary"]["fedcmd"]["layer"] != b["summary"]["fedcmd"]["layer"]
+        ):
+            continue
+        cells += 1
+        rows = [[{k: r.get(k) for k in keys} for r in rec["rounds"]] for rec in (a, b)]
+        equal += rows[0] == rows[1]
+        rounds += len(rows[0])
+    return cells, equal, rounds
 
 
 def _winners(rec: dict) -> list[str]:
@@ -239,7 +287,7 @@ def report(load: Callable[[str], dict | None]) -> list[str]:
     for a in ALPHAS:
         for d in DATASETS:
             for s in SEEDS:
-                sel = load(selection_name("minmax", d, a, s))
+                sel = load(selection_name(DEFAULT, d, a, s))
                 full = load(recorded_name("fedcmd", d, a, s))
                 if sel is None or full is None:
                     continue
@@ -258,9 +306,16 @@ def report(load: Callable[[str], dict | None]) -> list[str]:
     )
     lines.append(
         f"Check that a selection-phase run is the first 20 rounds of a 200-round run, against "
-        f"today's FedCMD records in the {cells} cells that have one: the same client votes in "
-        f"every round in {same_votes}, the same round winners in {same_winners}, the same kept "
+        f"the default's FedCMD records in the {cells} cells that have one: the same client votes "
+        f"in every round in {same_votes}, the same round winners in {same_winners}, the same kept "
         f"layer in {same_layer}.\n"
+    )
+    compared, equal, rounds = same_training(load)
+    lines.append(
+        f"Check that a run depends on the reading only through the layer kept: of the "
+        f"{compared} 200-round runs of the default reading whose old-reading record (min–max) "
+        f"kept the same layer, {equal} have every round's accuracies before and after training "
+        f"and bytes equal to that record's ({rounds} rounds compared).\n"
     )
     lines.append(
         "| run | winners | margin fc2 − fc1, round 0 on | tied rounds | batch ties | client ties | no vote |"
@@ -294,7 +349,7 @@ PAPER.update({("mnist", "a01"): 99.441, ("fmnist", "a01"): 96.569})
 
 
 def recorded_name(method: str, dataset: str, alpha: str, seed: int) -> str:
-    """The existing records of today's FedCMD and of pFedSim at a cell (``reproduce.py``'s
+    """The records of the default's FedCMD and of pFedSim at a cell (``reproduce.py``'s
     Table VIII and Table VI names)."""
     if alpha == "a1":
         return f"{method}-a1-{dataset}-s{seed}"
@@ -304,8 +359,8 @@ def recorded_name(method: str, dataset: str, alpha: str, seed: int) -> str:
 def layer_run(
     load: Callable[[str], dict | None], d: str, a: str, s: int, layer: str
 ) -> dict | None:
-    """The 200-round record of a cell with ``layer`` kept: today's FedCMD record where it kept
-    ``layer``, else a full run of a reading that kept it (phase 1 is the same under every
+    """The 200-round record of a cell with ``layer`` kept: the default's FedCMD record where it
+    kept ``layer``, else a full run of a reading that kept it (phase 1 is the same under every
     reading, so the run depends on the reading only through the layer)."""
     today = load(recorded_name("fedcmd", d, a, s))
     if today is not None and today["summary"].get("fedcmd", {}).get("layer") == layer:
@@ -318,7 +373,7 @@ def layer_run(
 
 
 def report_full(load: Callable[[str], dict | None]) -> list[str]:
-    """Every reading's FedCMD at the Table VIII / VI cells that have today's record: the
+    """Every reading's FedCMD at the Table VIII / VI cells that have the default's record: the
     200-round number of the layer the reading keeps on each seed, next to pFedSim on the same
     seeds, and the gap of the mean to the paper."""
     from runner import mean_std, verdict  # noqa: PLC0415 - reproduce.py puts benchmarks/ on the path
@@ -328,8 +383,8 @@ def report_full(load: Callable[[str], dict | None]) -> list[str]:
 
     lines = [
         "\n### Every reading's FedCMD at the Table VIII (α = 1.0) and Table VI (α = 0.1) cells: "
-        "the 200-round number of the layer it keeps on each seed (today's record, or a full run "
-        "of a reading keeping the other layer), mean ± std, the gap to the paper, and pFedSim on "
+        "the 200-round number of the layer it keeps on each seed (the default's record, or a "
+        "full run of a reading keeping the other layer), mean ± std, the gap to the paper, and pFedSim on "
         "the same seeds (%), and FedCMD − pFedSim with its verdict over the seeds (beyond the "
         "two seed standard deviations together: holds or reversed; else within the seed spread)\n",
         "| reading | dataset | α | mean ± std | seeds (layer) | paper | gap | pFedSim | FedCMD − pFedSim |",

@@ -6,7 +6,7 @@ layer l on every local batch by the feature-distribution transfer of Eq. (6),
 
     s_l = | (W2(z^{o_l}, z^y) − W2(z^{o_l}, z^x)) − (W2(z^{o_{l−1}}, z^y) − W2(z^{o_{l−1}}, z^x)) |,
 
-with scalar Gaussians z fitted to min–max-normalised tensors and the closed-form 1-D W2
+with scalar Gaussians z fitted to each tensor's mean and std and the closed-form 1-D W2
 (Eq. 4); a batch votes for argmin_l s_l, a client for its batches' majority, a round for its
 clients' majority (Alg. 2 line 17), and l* is the majority over the K_p rounds (line 22).
 What the paper leaves open — the fit, y's encoding, the tie rule of every majority, when a
@@ -62,7 +62,10 @@ SWITCHES: dict[str, tuple[tuple[str, ...], str, str]] = {
     # option: (choices, paper, code)
     "w2": (("closed_form", "mean_only"), "closed_form", "mean_only"),
     "score": (("paper", "code"), "paper", "code"),
-    "tie_break": (("first", "prefer_fc2"), "first", "prefer_fc2"),
+    # the vote's open choices: the text where it states them, else the authors' code
+    # (docs/results/fedcmd.md, "Which reading is the default"), so only the fit differs
+    "fit": (FITS, "raw", "minmax"),
+    "tie_break": (("first", "prefer_fc2"), "prefer_fc2", "prefer_fc2"),
     "similarity": (("parameters", "weight_deltas"), "parameters", "weight_deltas"),
     "phi_norm": (("linear", "softmax"), "linear", "softmax"),
     "phase1_weights": (("data_size", "all_clients_uniform"), "data_size", "all_clients_uniform"),
@@ -100,20 +103,27 @@ class FedCMDOptions:
         "from its trained model on its training data (Alg. 2 lines 9-11)",
         choices=("batch", "post_train"),
     )
-    fit: str = option(
-        "minmax",
-        "the scalar Gaussian of a tensor: minmax (scaled to [0, 1] first, the code) or raw "
-        "(its mean and std)",
-        choices=FITS,
+    fit: str = _switch(
+        "fit",
+        "the scalar Gaussian of a tensor: raw (its mean and std, the text) or minmax (scaled "
+        "to [0, 1] first, the code)",
     )
     labels: str = option(
         "index", "y as the class-index vector (the code) or its one-hot matrix", choices=LABELS
     )
-    client_tie: str = option("first", "tie rule of a client's batch majority", choices=TIES)
-    round_tie: str = option("first", "tie rule of a round's client majority", choices=TIES)
-    final_tie: str = option("first", "tie rule of the majority over the rounds", choices=TIES)
+    client_tie: str = option(
+        "first_seen", "tie rule of a client's batch majority (the code: first_seen)", choices=TIES
+    )
+    round_tie: str = option(
+        "first_seen", "tie rule of a round's client majority (the code: first_seen)", choices=TIES
+    )
+    final_tie: str = option(
+        "first_seen",
+        "tie rule of the majority over the rounds (the code: first_seen)",
+        choices=TIES,
+    )
     degenerate: str = option(
-        "score",
+        "skip_single",
         "score: every batch votes (an undefined fit counts W2 = 0); skip_single: not a batch "
         "of one sample (the code); skip: nor one of one class",
         choices=DEGENERATE,
@@ -123,7 +133,9 @@ class FedCMDOptions:
     score: str = _switch(
         "score", "paper |(A_y−A_x)−(B_y−B_x)| or code ||A_y−B_y|−|A_x−B_x|| (Eq. 6)"
     )
-    tie_break: str = _switch("tie_break", "first (lowest index) or prefer_fc2 (code) on equal s_l")
+    tie_break: str = _switch(
+        "tie_break", "first (lowest index) or prefer_fc2 (the code; both variants) on equal s_l"
+    )
     similarity: str = _switch(
         "similarity",
         "parameters: cos of flattened φ (paper); weight_deltas: row-wise cos of the "
@@ -182,7 +194,7 @@ class FedCMD(Algorithm):
             w2=o.switch("w2"),
             score=o.switch("score"),
             tie_break=o.switch("tie_break"),
-            fit=o.fit,
+            fit=o.switch("fit"),
             labels=o.labels,
             num_classes=self.ctx.data.num_classes if o.labels == "onehot" else 0,
             degenerate=o.degenerate,
@@ -366,7 +378,7 @@ class FedCMD(Algorithm):
         """The choices the vote rests on (docs/methods/fedcmd.md, "The vote's open choices")."""
         o = self.options
         return {
-            "fit": o.fit,
+            "fit": o.switch("fit"),
             "labels": o.labels,
             "w2": o.switch("w2"),
             "score": o.switch("score"),
