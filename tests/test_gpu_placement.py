@@ -127,8 +127,10 @@ def test_host_reads_do_not_grow_with_local_steps(method, tmp_path, fake_gpu):
 
 @pytest.mark.parametrize("method", ["fedavg", "fedper", "fedrep", "fedbabu", "dfedpgp"])
 def test_batched_backend_on_cuda_with_the_cpu_numbers(method, tmp_path, fake_gpu):
-    """The backend ``auto`` picks on a GPU: the same numbers as the batched backend on the CPU."""
-    overrides = [*SMALL, *_method(method), "engine.backend=batched"]
+    """The backend ``auto`` picks on a GPU: the same numbers as the batched backend on the CPU.
+    The evaluation batch is CUDA's default on both (on the CPU's, DFedPGP's clients are
+    evaluated client by client, on CUDA's in one pass: ``evaluation_pass.fewer_passes``)."""
+    overrides = [*SMALL, *_method(method), "engine.backend=batched", "engine.eval_batch_size=4096"]
     with _Off(fake_gpu):
         cpu = fedpart.run(QUICKSTART, overrides, write=False)
     gpu_run = fedpart.run(QUICKSTART, [*overrides, "engine.device=cuda"], write=False)

@@ -245,6 +245,23 @@ class Batched(Backend):
             out.update({c: r.state for c, r in zip(members, trained, strict=True)})
         return {c: out[c] for c in clients}
 
+    def layout(self, index: list[torch.Tensor]) -> Any:
+        """The padded layout of these clients' samples for evaluation in one pass
+        (:mod:`fedpart.engine.evaluation_pass`), kept for lists evaluated round after round
+        (every client's split: the same tensors each time)."""
+        from fedpart.engine.evaluation_pass import Layout
+
+        cache: dict[tuple[int, ...], tuple[list[torch.Tensor], Any]]
+        cache = self.__dict__.setdefault("_layouts", {})
+        key = tuple(id(i) for i in index)
+        hit = cache.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], index, strict=True)):
+            return hit[1]
+        if len(cache) >= 4:
+            cache.pop(next(iter(cache)))
+        cache[key] = (list(index), Layout(index))
+        return cache[key][1]
+
 
 class Remote(Backend):
     """Every client of a method with the default local update as one job elsewhere: jobs of

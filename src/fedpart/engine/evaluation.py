@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedpart.engine.data import FederatedData
+from fedpart.engine.evaluation_pass import Outcomes, evaluate_one_pass
 from fedpart.engine.functional import classify, features
 from fedpart.models import BlockModel
 
@@ -124,14 +125,16 @@ def evaluate_clients(
 
 
 # ------------------------------------------------------------------ a run's evaluation
-def host_sums(outcomes: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, float]]:
+def host_sums(outcomes: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[float, float]]:
     """Per outcome (correct, loss): the number correct and the sum of the losses, read back to
     the host at once (the sums are those of ``float(ok.sum())``, ``float(losses.sum())``)."""
+    if isinstance(outcomes, Outcomes):
+        return outcomes.sums()
     if not outcomes:
         return []
-    counts = torch.stack([ok.sum() for ok, _ in outcomes]).tolist()
-    losses = torch.stack([loss.sum() for _, loss in outcomes]).tolist()
-    return [(float(c), float(v)) for c, v in zip(counts, losses, strict=True)]
+    counts = torch.stack([ok.sum() for ok, _ in outcomes]).double()
+    losses = torch.stack([loss.sum() for _, loss in outcomes]).double()  # exact conversions
+    return [(float(c), float(v)) for c, v in torch.stack([counts, losses], 1).tolist()]
 
 
 def evaluate_states(
@@ -140,14 +143,21 @@ def evaluate_states(
     states: list[dict[str, torch.Tensor]],
     index: list[torch.Tensor],
     backend: Any,
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
+) -> Sequence[tuple[torch.Tensor, torch.Tensor]]:
     """Per-sample (correct, loss) of ``states[i]`` on the samples ``index[i]``, each with the
     model of client ``clients[i]``: clients are grouped by that model (a capacity-aware
     method's widths), so the ordinary case is one call sharing body passes across clients,
-    computed where ``backend`` says (``feature_map``: the process backend's workers)."""
+    computed where ``backend`` says (``feature_map``: the process backend's workers; a backend
+    with ``layout``, the batched one: every client in one pass, :mod:`evaluation_pass`)."""
     bs = sim.cfg.engine.eval_batch_size
     models = [sim.algorithm.model_for(c) for c in clients]
-    if all(m is sim.model for m in models):
+    layout = getattr(backend, "layout", None)
+    same_model = all(m is sim.model for m in models)
+    if layout is not None and same_model and index and all(i.numel() for i in index):
+        one_pass = evaluate_one_pass(sim.model, states, index, sim.data, bs, layout(index))
+        if one_pass is not None:
+            return one_pass
+    if same_model:
         feature_map = backend.feature_map()
         return evaluate_clients(sim.model, states, index, sim.data, bs, feature_map=feature_map)
     out: list[Any] = [None] * len(clients)
@@ -175,7 +185,7 @@ def evaluate_participants(
     split = sim.cfg.evaluation.split
     index = [getattr(sim.data.clients[c], split) for c in clients]
     outcomes = sim.evaluate_states(clients, states, index)
-    total = sum(ok.numel() for ok, _ in outcomes)
+    total = sum(int(i.numel()) for i in index)
     return float(sum(c for c, _ in host_sums(outcomes)) / total) if total else None
 
 
@@ -193,9 +203,9 @@ def evaluate_run(sim: Any) -> dict[str, Any]:
     outcomes = sim.evaluate_states(list(range(n)), states, index)
     # per client (correct, loss sum) read back to the host in one transfer
     sums = host_sums(outcomes)
-    for c, (ok, _) in enumerate(outcomes):
+    for c, i in enumerate(index):
         correct[c], loss[c] = sums[c]
-        total[c] = ok.numel()
+        total[c] = i.numel()
     has = total > 0
     acc = np.where(has, correct / np.maximum(total, 1), np.nan)
     sim.client_accuracy = [float(a) if not math.isnan(a) else None for a in acc]
