@@ -7,6 +7,9 @@ and augmentations.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 
@@ -22,6 +25,7 @@ PURPOSES = {
     "capacity": 10,
     "client_failure": 9,
     "pool": 11,
+    "model_draws": 12,
 }
 
 
@@ -34,6 +38,18 @@ def seed_for(seed: int, purpose: str, *keys: int) -> int:
 def numpy_rng(seed: int, purpose: str, *keys: int) -> np.random.Generator:
     """A numpy generator for one (purpose, keys) stream."""
     return np.random.default_rng(seed_for(seed, purpose, *keys))
+
+
+@contextmanager
+def model_draws(seed: int, rnd: int, client: int, device: torch.device) -> Iterator[None]:
+    """Inside: torch's global generators (the ones ``nn.Dropout`` and a model's own random ops
+    draw from) seeded by (run seed, round, client); after: restored as they were. One client's
+    local training runs inside, so its draws are the same whatever the backend, the order of the
+    clients or where a run was resumed."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed_for(seed, "model_draws", rnd, client))
+        yield
 
 
 def torch_generator(seed: int, purpose: str, *keys: int) -> torch.Generator:

@@ -19,7 +19,7 @@ from fedpart.engine.functional import classify, features
 from fedpart.engine.recipe import Recipe
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
-from fedpart.seeding import torch_generator
+from fedpart.seeding import model_draws, torch_generator
 
 State = dict[str, torch.Tensor]
 
@@ -157,7 +157,22 @@ def train_client(
     settings: TrainSettings,
     frozen: set[str] = frozenset(),
 ) -> TrainResult:
-    """Train one client from ``start`` (which is not modified) following ``recipe``."""
+    """Train one client from ``start`` (which is not modified) following ``recipe``; what the
+    model draws at random (dropout) comes from the client's own seed (``seeding.model_draws``)."""
+    with model_draws(settings.seed, rnd, client, data.clients[client].train.device):
+        return _train(model, start, recipe, data, client, rnd, settings, frozen)
+
+
+def _train(
+    model: BlockModel,
+    start: State,
+    recipe: Recipe,
+    data: FederatedData,
+    client: int,
+    rnd: int,
+    settings: TrainSettings,
+    frozen: set[str],
+) -> TrainResult:
     state = {k: v.detach().clone() for k, v in start.items()}
     train_idx = data.clients[client].train
     n = int(train_idx.numel())
