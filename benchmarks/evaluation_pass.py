@@ -32,7 +32,12 @@ sys.path.insert(0, str(ROOT / "src"))
 from fedpart.bench.dispatch import DispatchCounter  # noqa: E402
 from fedpart.config import Config  # noqa: E402
 from fedpart.engine.evaluation import evaluate_clients, host_sums  # noqa: E402
-from fedpart.engine.evaluation_pass import Layout, evaluate_one_pass  # noqa: E402
+from fedpart.engine.evaluation_pass import (  # noqa: E402
+    STACK_BYTES,
+    Layout,
+    evaluate_one_pass,
+    fewer_passes,
+)
 from fedpart.engine.simulation import Simulation  # noqa: E402
 
 
@@ -110,6 +115,13 @@ def main() -> None:
         f"layout (built once, kept): {t_layout * 1e3:.2f} ms, {c_layout.total_ops} operators, "
         f"{c_layout.total_syncs} syncs"
     )
+    size = sum(t.numel() * t.element_size() for t in sim.store.global_state.values())
+    chosen = (
+        "one pass" if fewer_passes(layout, bs, max(1, STACK_BYTES // size)) else "client by client"
+    )
+    print(
+        f"{len(layout.buckets)} buckets; the engine's choice for whole models at this batch: {chosen}"
+    )
     print(
         "| states | evaluation | ms | operators | syncs | correct equal | max loss-sum diff (rel) |"
     )
@@ -124,7 +136,8 @@ def main() -> None:
             return host_sums(evaluate_clients(sim.model, states, index, data, bs))
 
         def one_pass(states=states):
-            return host_sums(evaluate_one_pass(sim.model, states, index, data, bs, layout))
+            out = evaluate_one_pass(sim.model, states, index, data, bs, layout, whole_models=True)
+            return host_sums(out)
 
         t_ref, c_ref, ref = measure(reference, device, args.reps)
         t_one, c_one, one = measure(one_pass, device, args.reps)

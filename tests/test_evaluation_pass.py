@@ -9,7 +9,13 @@ import torch
 import fedpart
 from fedpart.config import Config
 from fedpart.engine.evaluation import evaluate_clients, host_sums
-from fedpart.engine.evaluation_pass import FILL, Layout, Outcomes, evaluate_one_pass
+from fedpart.engine.evaluation_pass import (
+    FILL,
+    Layout,
+    Outcomes,
+    evaluate_one_pass,
+    fewer_passes,
+)
 from fedpart.engine.simulation import Simulation
 
 
@@ -98,10 +104,18 @@ def test_what_one_pass_leaves_to_the_reference():
     assert evaluate_one_pass(sim.model, _states(sim, "head"), index, data, 32, whole_models=False)
     empty = [*index[:-1], index[-1][:0]]
     assert evaluate_one_pass(sim.model, whole, empty, data, 32, whole_models=True) is None
-    # a small evaluation batch: fewer operators client by client, so the reference does it;
-    # a large one (CUDA's default): fewer in one pass
-    assert evaluate_one_pass(sim.model, whole, index, data, 32) is None
-    assert isinstance(evaluate_one_pass(sim.model, whole, index, data, 4096), Outcomes)
+    # on the CPU whole models go client by client (slower in one pass, measured)
+    assert evaluate_one_pass(sim.model, whole, index, data, 4096) is None
+
+
+def test_whole_models_go_in_one_pass_where_that_dispatches_fewer_operators():
+    sizes = [50, 40, 45, 12, 10, 11, 3, 60]
+    index = [torch.arange(n) for n in sizes]
+    layout = Layout(index)
+    layout.concat = layout.concat.to("meta")  # as on a GPU: only the device is read
+    assert fewer_passes(layout, 4096, most=100)  # one pass per bucket against one per client
+    assert not fewer_passes(layout, 8, most=100)  # 1 sample per client a pass: more passes
+    assert not fewer_passes(Layout(index), 4096, most=100)  # the CPU
 
 
 def test_the_batched_backend_evaluates_in_one_pass_and_keeps_its_layout(tiny_cfg, monkeypatch):

@@ -20,6 +20,7 @@ import fedpart
 from fake_cuda import FakeCuda, torch_switches_kept
 from fedpart.algorithms import ALGORITHMS
 from fedpart.config import load_config
+from fedpart.engine import evaluation_pass
 from fedpart.engine.simulation import Simulation
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
@@ -126,10 +127,12 @@ def test_host_reads_do_not_grow_with_local_steps(method, tmp_path, fake_gpu):
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedper", "fedrep", "fedbabu", "dfedpgp"])
-def test_batched_backend_on_cuda_with_the_cpu_numbers(method, tmp_path, fake_gpu):
+def test_batched_backend_on_cuda_with_the_cpu_numbers(method, tmp_path, fake_gpu, monkeypatch):
     """The backend ``auto`` picks on a GPU: the same numbers as the batched backend on the CPU.
-    The evaluation batch is CUDA's default on both (on the CPU's, DFedPGP's clients are
-    evaluated client by client, on CUDA's in one pass: ``evaluation_pass.fewer_passes``)."""
+    The evaluation is the same computation on both: CUDA's evaluation batch, and whole models
+    (DFedPGP's clients) in one pass on the CPU too (which the engine leaves to the reference
+    there: ``evaluation_pass.fewer_passes``)."""
+    monkeypatch.setattr(evaluation_pass, "fewer_passes", lambda *a: True)
     overrides = [*SMALL, *_method(method), "engine.backend=batched", "engine.eval_batch_size=4096"]
     with _Off(fake_gpu):
         cpu = fedpart.run(QUICKSTART, overrides, write=False)

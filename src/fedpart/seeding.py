@@ -46,7 +46,9 @@ def model_draws(seed: int, rnd: int, client: int, device: torch.device) -> Itera
     draw from) seeded by (run seed, round, client); after: restored as they were. One client's
     local training runs inside, so its draws are the same whatever the backend, the order of the
     clients or where a run was resumed."""
-    devices = [device] if device.type == "cuda" else []
+    # a CUDA generator's state is kept and restored where CUDA is running (not under the tests'
+    # stand-in device, which has no CUDA runtime)
+    devices = [device] if device.type == "cuda" and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed_for(seed, "model_draws", rnd, client))
         yield

@@ -129,11 +129,15 @@ def _chunks(members: list[int], most: int) -> list[list[int]]:
 
 
 def fewer_passes(layout: Layout, batch_size: int, most: int) -> bool:
-    """Whether evaluating whole models in one pass per bucket dispatches fewer operators than
-    client by client: its forward passes, each :data:`VMAP_PASS_COST` times a plain one's,
-    against one pass per ``batch_size`` samples of each client. On the CPU's evaluation batch
-    (256) it rarely does (100 MNIST clients of Dirichlet 0.1: 89 passes against 124), on
-    CUDA's (4,096) it does (11 against 100)."""
+    """Whether to evaluate whole models in one pass per bucket: on a GPU, where it dispatches
+    fewer operators than client by client — its forward passes, each :data:`VMAP_PASS_COST`
+    times a plain one's, against one pass per ``batch_size`` samples of each client (100 MNIST
+    clients of Dirichlet 0.1 on CUDA's evaluation batch of 4,096: 11 passes against 100); never
+    on the CPU, where the grouped convolutions of the ``vmap`` cost more time than the
+    operators save (``benchmarks/evaluation_pass.py`` on a 2-core AMD EPYC: 1.25 s client by
+    client against 6.14 s in one pass at a batch of 4,096, 1.21 against 3.08 at 256)."""
+    if layout.concat.device.type == "cpu":
+        return False
     ours = sum(
         -(-b.index.shape[1] // max(1, batch_size // len(chunk)))
         for b in layout.buckets
