@@ -357,11 +357,20 @@ def recorded_name(method: str, dataset: str, alpha: str, seed: int) -> str:
 
 
 def layer_run(
-    load: Callable[[str], dict | None], d: str, a: str, s: int, layer: str
+    load: Callable[[str], dict | None],
+    d: str,
+    a: str,
+    s: int,
+    layer: str,
+    reading: str | None = None,
 ) -> dict | None:
     """The 200-round record of a cell with ``layer`` kept: the default's FedCMD record where it
     kept ``layer``, else a full run of a reading that kept it (phase 1 is the same under every
-    reading, so the run depends on the reading only through the layer)."""
+    reading, so the run depends on the reading only through the layer); ``reading``'s own full
+    run first where it has one."""
+    own = None if reading is None else load(full_name(reading, d, a, s))
+    if own is not None and own["summary"].get("fedcmd", {}).get("layer") == layer:
+        return own
     today = load(recorded_name("fedcmd", d, a, s))
     if today is not None and today["summary"].get("fedcmd", {}).get("layer") == layer:
         return today
@@ -398,7 +407,7 @@ def report_full(load: Callable[[str], dict | None]) -> list[str]:
                     layer = kept(load, r, d, a, s)
                     if layer is None or load(recorded_name("fedcmd", d, a, s)) is None:
                         continue
-                    rec = layer_run(load, d, a, s, layer)
+                    rec = layer_run(load, d, a, s, layer, r)
                     if rec is None:
                         missing.append(f"{s} ({layer}: not run)")
                     else:
