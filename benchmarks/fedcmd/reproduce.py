@@ -296,6 +296,7 @@ def report() -> str:
     lines.extend(vote_readings.report(load))
     lines.extend(vote_readings.report_full(load))
     lines.extend(vote_readings.report_table9(load, TABLE9))
+    lines.extend(vote_readings.report_code(load))
     return "\n".join(lines)
 
 

@@ -214,6 +214,38 @@ def report_table9(load: Callable[[str], dict | None], paper: dict[int, float]) -
     return lines
 
 
+def report_code(load: Callable[[str], dict | None]) -> list[str]:
+    """The code variant's selection phase under its tie rules of today (``sel-code-*``) against
+    its records, which ran with the tie rules of the earlier default (:data:`CODE_BEFORE`)."""
+    lines = [
+        "\n### The code variant's selection phase under the code's tie rules: the layer kept and "
+        "the rounds each layer won (fc1–fc2–classifier), against the code variant's records "
+        "(the earlier default's tie rules)\n",
+        "| cell | seed | today's `variant=code` | the record | record |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+
+    def kept_and_wins(rec: dict | None) -> str:
+        if rec is None:
+            return "— (not run)"
+        f = rec["summary"].get("fedcmd", {})
+        won = f.get("round_winner_counts", {})
+        return (
+            f"{f.get('layer')} ({won.get('fc1', 0)}–{won.get('fc2', 0)}–{won.get('classifier', 0)})"
+        )
+
+    for a, seeds in (("a01", (42,)), ("a1", TABLE8_SEEDS)):
+        for d in DATASETS:
+            for s in seeds:
+                record = f"fedcmd-code-{d}" if a == "a01" else f"fedcmd-code-a1-{d}-s{s}"
+                today = load(f"sel-code-{d}-{a}-s{s}")
+                lines.append(
+                    f"| {d} α={ALPHAS[a]} | {s} | {kept_and_wins(today)} | "
+                    f"{kept_and_wins(load(record))} | `{record}` |"
+                )
+    return lines
+
+
 def same_training(load: Callable[[str], dict | None]) -> tuple[int, int, int]:
     """The default's records against the old reading's where both keep the same layer (phase 1
     does not depend on the reading, nor phase 2 given the layer): (cells compared, cells whose
