@@ -160,118 +160,113 @@ def train_client(
     """Train one client from ``start`` (which is not modified) following ``recipe``; what the
     model draws at random (dropout) comes from the client's own seed (``seeding.model_draws``)."""
     with model_draws(settings.seed, rnd, client, data.clients[client].train.device):
-        return _train(model, start, recipe, data, client, rnd, settings, frozen)
-
-
-def _train(
-    model: BlockModel,
-    start: State,
-    recipe: Recipe,
-    data: FederatedData,
-    client: int,
-    rnd: int,
-    settings: TrainSettings,
-    frozen: set[str],
-) -> TrainResult:
-    state = {k: v.detach().clone() for k, v in start.items()}
-    train_idx = data.clients[client].train
-    n = int(train_idx.numel())
-    model.train()
-    # summed on the model's device and read once at the end: a per-step float(loss) would
-    # synchronise a GPU at every step (float64, so the sum is the host's float sum)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=train_idx.device)
-    clipped = torch.zeros((), dtype=torch.long, device=train_idx.device)
-    samples = 0
-    steps = 0
-    phase_log: list[tuple[tuple[str, ...], int, int]] = []
-    observations: list[object] = []
-    seen: dict[str, torch.Tensor] = {}
-    hooks = []
-    if recipe.observe is not None:
-        for name in recipe.observe.blocks:
-            hooks.append(model.get_submodule(name).register_forward_hook(_keeper(seen, name)))
-    try:
-        all_blocks = set(model.block_names)
-        for phase_no, phase in enumerate(recipe.phases):
-            blocks = (all_blocks if phase.blocks is None else set(phase.blocks)) - set(frozen)
-            keys = trainable_keys(model, blocks)
-            epochs = settings.local_epochs if phase.epochs is None else phase.epochs
-            if not keys or epochs <= 0 or n == 0:
-                continue
-            lr = settings.lr * phase.lr_scale
-            momentum_buf: dict[str, torch.Tensor] = {}
-            phase_steps, phase_samples = steps, samples
-            cached: torch.Tensor | None = None
-            if settings.cache_features and cacheable_features(model, keys, recipe, data):
-                fb = settings.feature_batch_size
-                with torch.no_grad():
-                    cached = torch.cat(
-                        [
-                            features(model, state, data.batch(train_idx[i : i + fb], train=True)[0])
-                            for i in range(0, n, fb)
-                        ]
-                    )
-            for epoch in range(epochs):
-                order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
-                augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
-                slices = batch_slices(
-                    n, settings.batch_size, settings.drop_last, order, train_idx.device
-                )
-                for positions in slices:
-                    params = {k: state[k].detach().requires_grad_(True) for k in keys}
-                    current = {**state, **params}
-                    if cached is not None:
-                        y = data.y[train_idx[positions]]
-                        loss = recipe.criterion(classify(model, current, cached[positions]), y)
-                    else:
-                        x, y = data.batch(train_idx[positions], train=True, generator=augment)
-                        if recipe.objective is not None:
-                            loss = recipe.objective(model, current, x, y)
-                        else:
-                            loss = recipe.criterion(functional_call(model, current, (x,)), y)
-                        if recipe.observe is not None:
-                            observations.append(recipe.observe.fn(x, y, dict(seen)))
-                    for term in phase.loss_terms:
-                        loss = loss + term.weight * term.fn(current)
-                    grads = torch.autograd.grad(loss, [params[k] for k in keys])
-                    if settings.max_grad_norm:
-                        grads, over = clip_gradient(grads, settings.max_grad_norm)
-                        clipped += over
+        state = {k: v.detach().clone() for k, v in start.items()}
+        train_idx = data.clients[client].train
+        n = int(train_idx.numel())
+        model.train()
+        # summed on the model's device and read once at the end: a per-step float(loss) would
+        # synchronise a GPU at every step (float64, so the sum is the host's float sum)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=train_idx.device)
+        clipped = torch.zeros((), dtype=torch.long, device=train_idx.device)
+        samples = 0
+        steps = 0
+        phase_log: list[tuple[tuple[str, ...], int, int]] = []
+        observations: list[object] = []
+        seen: dict[str, torch.Tensor] = {}
+        hooks = []
+        if recipe.observe is not None:
+            for name in recipe.observe.blocks:
+                hooks.append(model.get_submodule(name).register_forward_hook(_keeper(seen, name)))
+        try:
+            all_blocks = set(model.block_names)
+            for phase_no, phase in enumerate(recipe.phases):
+                blocks = (all_blocks if phase.blocks is None else set(phase.blocks)) - set(frozen)
+                keys = trainable_keys(model, blocks)
+                epochs = settings.local_epochs if phase.epochs is None else phase.epochs
+                if not keys or epochs <= 0 or n == 0:
+                    continue
+                lr = settings.lr * phase.lr_scale
+                momentum_buf: dict[str, torch.Tensor] = {}
+                phase_steps, phase_samples = steps, samples
+                cached: torch.Tensor | None = None
+                if settings.cache_features and cacheable_features(model, keys, recipe, data):
+                    fb = settings.feature_batch_size
                     with torch.no_grad():
-                        directions = []
-                        for k, g in zip(keys, grads, strict=True):
-                            d = g + settings.weight_decay * state[k] if settings.weight_decay else g
-                            if settings.momentum:
-                                buf = momentum_buf.get(k)
-                                d = (
-                                    d.clone()
-                                    if buf is None
-                                    else buf.mul_(settings.momentum).add_(d)
+                        cached = torch.cat(
+                            [
+                                features(
+                                    model, state, data.batch(train_idx[i : i + fb], train=True)[0]
                                 )
-                                momentum_buf[k] = d
-                            directions.append(d)
-                        # p ← p − lr·d in place (the graph is freed): the rounding of ``p - lr * d``
-                        torch._foreach_sub_(
-                            [state[k] for k in keys], torch._foreach_mul(directions, lr)
+                                for i in range(0, n, fb)
+                            ]
                         )
-                    loss_sum += loss.detach().double() * len(y)
-                    samples += len(y)
-                    steps += 1
-            phase_log.append((tuple(keys), steps - phase_steps, samples - phase_samples))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    mean_loss = float(loss_sum) / samples if samples else 0.0
-    if not math.isfinite(mean_loss):
-        raise TrainingError(
-            f"training diverged: non-finite loss at round {rnd} on client {client}; "
-            "lower federation.lr (or raise the method's regularisation) and resume from the last checkpoint"
+                for epoch in range(epochs):
+                    order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
+                    augment = torch_generator(
+                        settings.seed, "augment", rnd, client, phase_no, epoch
+                    )
+                    slices = batch_slices(
+                        n, settings.batch_size, settings.drop_last, order, train_idx.device
+                    )
+                    for positions in slices:
+                        params = {k: state[k].detach().requires_grad_(True) for k in keys}
+                        current = {**state, **params}
+                        if cached is not None:
+                            y = data.y[train_idx[positions]]
+                            loss = recipe.criterion(classify(model, current, cached[positions]), y)
+                        else:
+                            x, y = data.batch(train_idx[positions], train=True, generator=augment)
+                            if recipe.objective is not None:
+                                loss = recipe.objective(model, current, x, y)
+                            else:
+                                loss = recipe.criterion(functional_call(model, current, (x,)), y)
+                            if recipe.observe is not None:
+                                observations.append(recipe.observe.fn(x, y, dict(seen)))
+                        for term in phase.loss_terms:
+                            loss = loss + term.weight * term.fn(current)
+                        grads = torch.autograd.grad(loss, [params[k] for k in keys])
+                        if settings.max_grad_norm:
+                            grads, over = clip_gradient(grads, settings.max_grad_norm)
+                            clipped += over
+                        with torch.no_grad():
+                            directions = []
+                            for k, g in zip(keys, grads, strict=True):
+                                d = (
+                                    g + settings.weight_decay * state[k]
+                                    if settings.weight_decay
+                                    else g
+                                )
+                                if settings.momentum:
+                                    buf = momentum_buf.get(k)
+                                    d = (
+                                        d.clone()
+                                        if buf is None
+                                        else buf.mul_(settings.momentum).add_(d)
+                                    )
+                                    momentum_buf[k] = d
+                                directions.append(d)
+                            # p ← p − lr·d in place (the graph is freed): the rounding of ``p - lr * d``
+                            torch._foreach_sub_(
+                                [state[k] for k in keys], torch._foreach_mul(directions, lr)
+                            )
+                        loss_sum += loss.detach().double() * len(y)
+                        samples += len(y)
+                        steps += 1
+                phase_log.append((tuple(keys), steps - phase_steps, samples - phase_samples))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        mean_loss = float(loss_sum) / samples if samples else 0.0
+        if not math.isfinite(mean_loss):
+            raise TrainingError(
+                f"training diverged: non-finite loss at round {rnd} on client {client}; "
+                "lower federation.lr (or raise the method's regularisation) and resume from the last checkpoint"
+            )
+        # the clipped-step count is read back only where steps are clipped (one host read less)
+        clipped_steps = int(clipped) if settings.max_grad_norm else 0
+        return TrainResult(
+            state, mean_loss, samples, steps, phase_log, observations, clipped=clipped_steps
         )
-    # the clipped-step count is read back only where steps are clipped (one host read less)
-    clipped_steps = int(clipped) if settings.max_grad_norm else 0
-    return TrainResult(
-        state, mean_loss, samples, steps, phase_log, observations, clipped=clipped_steps
-    )
 
 
 def clip_gradient(
