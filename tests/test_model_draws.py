@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fedpart
+from fedpart.models.registry import MODELS
 from fedpart.seeding import model_draws
 from resume_check import assert_resume_bit_identical
 
@@ -35,7 +36,8 @@ def plugin(tmp_path_factory):
     """One plugin file for the module (a model name registers once per process)."""
     path = tmp_path_factory.mktemp("plugin") / "dropmlp_plugin.py"
     path.write_text(PLUGIN)
-    return str(path)
+    yield str(path)
+    MODELS.pop("dropmlp", None)  # the registry as the other tests know it
 
 
 @pytest.fixture

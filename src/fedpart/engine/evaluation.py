@@ -137,6 +137,14 @@ def host_sums(outcomes: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[tup
     return [(float(c), float(v)) for c, v in torch.stack([counts, losses], 1).tolist()]
 
 
+def evaluated(outcomes: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
+    """Per outcome, the number of samples evaluated (0 for a client left unevaluated, e.g. a
+    Flower node that did not answer)."""
+    if isinstance(outcomes, Outcomes):
+        return list(outcomes.layout.sizes)
+    return [int(ok.numel()) for ok, _ in outcomes]
+
+
 def evaluate_states(
     sim: Any,
     clients: list[int],
@@ -185,7 +193,7 @@ def evaluate_participants(
     split = sim.cfg.evaluation.split
     index = [getattr(sim.data.clients[c], split) for c in clients]
     outcomes = sim.evaluate_states(clients, states, index)
-    total = sum(int(i.numel()) for i in index)
+    total = sum(evaluated(outcomes))
     return float(sum(c for c, _ in host_sums(outcomes)) / total) if total else None
 
 
@@ -203,9 +211,9 @@ def evaluate_run(sim: Any) -> dict[str, Any]:
     outcomes = sim.evaluate_states(list(range(n)), states, index)
     # per client (correct, loss sum) read back to the host in one transfer
     sums = host_sums(outcomes)
-    for c, i in enumerate(index):
+    for c, n in enumerate(evaluated(outcomes)):
         correct[c], loss[c] = sums[c]
-        total[c] = i.numel()
+        total[c] = n
     has = total > 0
     acc = np.where(has, correct / np.maximum(total, 1), np.nan)
     sim.client_accuracy = [float(a) if not math.isnan(a) else None for a in acc]
