@@ -247,8 +247,8 @@ def report_code(load: Callable[[str], dict | None]) -> list[str]:
         "\n### The code variant's selection phase under the code's tie rules: the layer kept and "
         "the rounds each layer won (fc1–fc2–classifier), against the code variant's records "
         "(the earlier default's tie rules)\n",
-        "| cell | seed | today's `variant=code` | the record | record |",
-        "| --- | --- | --- | --- | --- |",
+        "| cell | seed | today's `variant=code` | the record | record | 200 rounds: today's / the record (%) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
 
     def kept_and_wins(rec: dict | None) -> str:
@@ -265,9 +265,18 @@ def report_code(load: Callable[[str], dict | None]) -> list[str]:
             for s in seeds:
                 record = code_record(d, a, s)
                 today = load(code_selection_name(d, a, s))
+                full = [load(code_name(d, a, s)), load(record)]
+                values = [
+                    "—"
+                    if x is None
+                    else f"{100 * x['summary']['participants_accuracy_before']['last10_mean']:.3f}"
+                    for x in full
+                ]
+                if full[0] is None:  # the same layer: the record's run
+                    values[0] = "(the record's)" if kept_by(today) == kept_by(full[1]) else "—"
                 lines.append(
                     f"| {d} α={ALPHAS[a]} | {s} | {kept_and_wins(today)} | "
-                    f"{kept_and_wins(load(record))} | `{record}` |"
+                    f"{kept_and_wins(full[1])} | `{record}` | {' / '.join(values)} |"
                 )
     return lines
 
