@@ -34,9 +34,10 @@ from fedpart.config import Config  # noqa: E402
 from fedpart.engine.evaluation import evaluate_clients, host_sums  # noqa: E402
 from fedpart.engine.evaluation_pass import (  # noqa: E402
     STACK_BYTES,
+    VMAP_PASS_COST,
     Layout,
     evaluate_one_pass,
-    fewer_passes,
+    pass_counts,
 )
 from fedpart.engine.simulation import Simulation  # noqa: E402
 
@@ -116,11 +117,14 @@ def main() -> None:
         f"{c_layout.total_syncs} syncs"
     )
     size = sum(t.numel() * t.element_size() for t in sim.store.global_state.values())
-    chosen = (
-        "one pass" if fewer_passes(layout, bs, max(1, STACK_BYTES // size)) else "client by client"
-    )
+    most = max(1, STACK_BYTES // size)
+    ours, reference = pass_counts(layout, bs, most)
+    padded = sum(b.valid.numel() for b in layout.buckets) / samples - 1
     print(
-        f"{len(layout.buckets)} buckets; the engine's choice for whole models at this batch: {chosen}"
+        f"{len(layout.buckets)} buckets ({padded:.0%} padding); whole models: {ours} forward "
+        f"passes in one pass, {reference} client by client; the engine's choice on a GPU: "
+        f"{'one pass' if VMAP_PASS_COST * ours < reference else 'client by client'}, on the CPU: "
+        "client by client"
     )
     print(
         "| states | evaluation | ms | operators | syncs | correct equal | max loss-sum diff (rel) |"
