@@ -110,10 +110,13 @@ def cell_overrides(alpha: str, seed: int) -> tuple[str, ...]:
     return (f"partition.alpha={ALPHAS[alpha]}", f"seed={seed}")
 
 
+def kept_by(rec: dict | None) -> str | None:
+    return None if rec is None else rec["summary"].get("fedcmd", {}).get("layer")
+
+
 def kept(load: Callable[[str], dict | None], reading: str, d: str, a: str, s: int) -> str | None:
     """The layer a reading's selection phase kept at a cell (None: not recorded)."""
-    rec = load(selection_name(reading, d, a, s))
-    return None if rec is None else rec["summary"].get("fedcmd", {}).get("layer")
+    return kept_by(load(selection_name(reading, d, a, s)))
 
 
 def experiments(
@@ -202,10 +205,6 @@ def code_selection_name(d: str, a: str, s: int) -> str:
 def code_record(d: str, a: str, s: int) -> str:
     """The code variant's record at a cell (the earlier default's tie rules)."""
     return f"fedcmd-code-{d}" if a == "a01" else f"fedcmd-code-a1-{d}-s{s}"
-
-
-def kept_by(rec: dict | None) -> str | None:
-    return None if rec is None else rec["summary"].get("fedcmd", {}).get("layer")
 
 
 def code_name(d: str, a: str, s: int) -> str:
@@ -297,11 +296,7 @@ def same_training(load: Callable[[str], dict | None]) -> tuple[int, int, int]:
     cells = equal = rounds = 0
     for new, old in names:
         a, b = load(new), load(old)
-        if (
-            a is None
-            or b is None
-            or a["summary"]["fedcmd"]["layer"] != b["summary"]["fedcmd"]["layer"]
-        ):
+        if a is None or b is None or kept_by(a) != kept_by(b):
             continue
         cells += 1
         rows = [[{k: r.get(k) for k in keys} for r in rec["rounds"]] for rec in (a, b)]
@@ -362,9 +357,7 @@ def report(load: Callable[[str], dict | None]) -> list[str]:
                 votes = [r.get("fedcmd_votes") for r in sel["rounds"]]
                 same_votes += votes == [r.get("fedcmd_votes") for r in full["rounds"][:20]]
                 same_winners += _winners(sel) == _winners(full)[:20]
-                same_layer += (
-                    sel["summary"]["fedcmd"]["layer"] == full["summary"]["fedcmd"]["layer"]
-                )
+                same_layer += kept_by(sel) == kept_by(full)
     lines.append(
         "\n### Selection phase round by round: each round's winner (1 = fc1, 2 = fc2, "
         "c = classifier), the clients' margin fc2 − fc1 per round, rounds decided by a tie, "
@@ -436,14 +429,14 @@ def layer_run(
     reading, so the run depends on the reading only through the layer); ``reading``'s own full
     run first where it has one."""
     own = None if reading is None else load(full_name(reading, d, a, s))
-    if own is not None and own["summary"].get("fedcmd", {}).get("layer") == layer:
+    if kept_by(own) == layer:
         return own
     today = load(recorded_name("fedcmd", d, a, s))
-    if today is not None and today["summary"].get("fedcmd", {}).get("layer") == layer:
+    if kept_by(today) == layer:
         return today
     for r in READINGS:
         rec = load(full_name(r, d, a, s))
-        if rec is not None and rec["summary"].get("fedcmd", {}).get("layer") == layer:
+        if kept_by(rec) == layer:
             return rec
     return None
 
