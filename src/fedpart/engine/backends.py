@@ -145,6 +145,11 @@ class Backend:
         driver."""
         return None
 
+    def layout(self, index: list[torch.Tensor]) -> Any:
+        """The layout evaluation in one pass uses for these clients' samples
+        (:mod:`fedpart.engine.evaluation_pass`), or ``None``: the reference evaluation."""
+        return None
+
     @property
     def remote(self) -> Any:
         """The pool or Ray handle of a remote backend (``None`` elsewhere, or once closed)."""

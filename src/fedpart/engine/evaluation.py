@@ -156,13 +156,14 @@ def evaluate_states(
     model of client ``clients[i]``: clients are grouped by that model (a capacity-aware
     method's widths), so the ordinary case is one call sharing body passes across clients,
     computed where ``backend`` says (``feature_map``: the process backend's workers; a backend
-    with ``layout``, the batched one: every client in one pass, :mod:`evaluation_pass`)."""
+    whose ``layout`` gives one, the batched one: every client in one pass, :mod:`evaluation_pass`)."""
     bs = sim.cfg.engine.eval_batch_size
     models = [sim.algorithm.model_for(c) for c in clients]
-    layout = getattr(backend, "layout", None)
     same_model = all(m is sim.model for m in models)
-    if layout is not None and same_model and index and all(i.numel() for i in index):
-        one_pass = evaluate_one_pass(sim.model, states, index, sim.data, bs, layout(index))
+    full = same_model and index and all(i.numel() for i in index)
+    layout = backend.layout(index) if full else None
+    if layout is not None:
+        one_pass = evaluate_one_pass(sim.model, states, index, sim.data, bs, layout)
         if one_pass is not None:
             return one_pass
     if same_model:
