@@ -3,7 +3,8 @@
 For each method and backend, one recipe run with each number of clients per round (the same
 partition, only ``federation.join_ratio`` changes): a warm-up round (0) and its evaluation, then
 round 1 and the evaluation of every client counted by :class:`fedpart.bench.dispatch.
-DispatchCounter` (training and evaluation apart). Then, per method and backend, the operators
+DispatchCounter` (training and evaluation apart; the per-client batch-order permutations,
+drawn on the host from each client's seeded stream, in a column of their own). Then, per method and backend, the operators
 that grow with the clients per round, by the source line of fedpart that dispatched them, per
 added client. The default recipe is the quick start's (digits, quarter-width FedAvgCNN, batch
 10, 1 local epoch) over 100 clients of equal size (an IID split of 1,600 samples: 12 or 13
@@ -83,9 +84,12 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     sizes = [int(n) for n in args.per_round.split(",")]
-    header = "| method | backend | clients/round | train ops | eval ops | ops/round | syncs/round |"
+    header = (
+        "| method | backend | clients/round | train ops | eval ops | ops/round | syncs/round "
+        "| host draws/round |"
+    )
     print(header)
-    print("| --- " * 7 + "|")
+    print("| --- " * 8 + "|")
     found: dict[tuple[str, str], list[tuple[int, Counter]]] = {}
     notes: list[str] = []
     for method in args.methods.split(","):
@@ -96,7 +100,8 @@ def main() -> None:
                 kinds = Counter(train.syncs) + Counter(ev.syncs)
                 print(
                     f"| {method} | {backend} | {participants} | {train.total_ops:,} | "
-                    f"{ev.total_ops:,} | {train.total_ops + ev.total_ops:,} | {syncs} |"
+                    f"{ev.total_ops:,} | {train.total_ops + ev.total_ops:,} | {syncs} | "
+                    f"{train.total_draws + ev.total_draws} |"
                 )
                 reads = sorted((train.sync_ops + ev.sync_ops).items())
                 notes.append(

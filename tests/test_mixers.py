@@ -44,3 +44,43 @@ def test_mix_row_linear_over_the_held_states_softmax_over_all_and_ready_weights(
 
 def test_warmup_rounds():
     assert warmup_rounds(10, 0.5, None) == 5 and warmup_rounds(10, 0.5, 2) == 2
+
+
+def _loop(tensors, weights, dtype):
+    w = weights.to(dtype).unbind(0)
+    acc = tensors[0].to(dtype) * w[0]
+    for j in range(1, len(tensors)):
+        acc = acc + tensors[j].to(dtype) * w[j]
+    return acc
+
+
+def test_the_in_order_average_is_the_per_tensor_loop_bit_for_bit(monkeypatch):
+    """On the CPU the average is one product and one ``index_add_`` per chunk of stacked
+    tensors: the same roundings as ``acc = acc + w_j·x_j`` tensor after tensor (values spread
+    over twelve orders of magnitude, so that another summation order would show), chunked or
+    not, integers averaged in float64 and rounded; a fixed number of operators."""
+    from fedpart.bench.dispatch import DispatchCounter
+    from fedpart.engine import mixing
+
+    gen = torch.Generator().manual_seed(3)
+    for n in (1, 2, 7, 60):
+        scales = 10.0 ** torch.randint(-6, 6, (n,), generator=gen)
+        tensors = [torch.randn(9, 5, generator=gen) * s for s in scales]
+        weights = torch.rand(n, generator=gen, dtype=torch.float64)
+        weights = weights / weights.sum()
+        want = _loop(tensors, weights, torch.float32)
+        assert torch.equal(mixing.average_in_order(tensors, weights), want)
+        ints = [torch.randint(0, 1000, (4,), generator=gen) for _ in range(n)]
+        got = mixing.average_in_order(ints, weights)
+        assert got.dtype == torch.long
+        assert torch.equal(got, _loop(ints, weights, torch.float64).round().long())
+        with monkeypatch.context() as m:
+            m.setattr(mixing, "FOLD_BYTES", 9 * 5 * 8 * 3)  # three tensors a chunk
+            assert torch.equal(mixing.average_in_order(tensors, weights), want)
+    counts = []
+    for n in (5, 40):
+        tensors = [torch.randn(3, 3, generator=gen) for _ in range(n)]
+        with DispatchCounter("cpu") as c:
+            mixing.average_in_order(tensors, torch.full((n,), 1.0 / n, dtype=torch.float64))
+        counts.append(c.total_ops)
+    assert counts[0] == counts[1]

@@ -7,6 +7,7 @@ and augmentations.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -52,6 +53,27 @@ def model_draws(seed: int, rnd: int, client: int, device: torch.device) -> Itera
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed_for(seed, "model_draws", rnd, client))
         yield
+
+
+_DRAWS = threading.local()
+
+
+@contextmanager
+def host_draws() -> Iterator[None]:
+    """Marks the per-client draws from seeded host generators (each client's batch order, one
+    permutation per client and epoch on every backend and device): the numbers depend on these
+    streams, so they stay one per client; :class:`fedpart.bench.dispatch.DispatchCounter` counts
+    the operators inside apart (``draws``) from the round's work on the device."""
+    _DRAWS.depth = getattr(_DRAWS, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _DRAWS.depth -= 1
+
+
+def in_host_draws() -> bool:
+    """Whether this thread is inside :func:`host_draws`."""
+    return getattr(_DRAWS, "depth", 0) > 0
 
 
 def torch_generator(seed: int, purpose: str, *keys: int) -> torch.Generator:

@@ -13,6 +13,11 @@ and the host synchronisations among them, the same way on the CPU as on a GPU.
     seen). Calls that never reach the dispatcher are not operators here: ``.to(device)`` of a
     tensor already there, ``.cpu()`` of a CPU tensor, tensor properties (``.shape``,
     ``.device``, ``.numel()``), and ``.tolist()``, ``.numpy()`` of a CPU tensor.
+``counter.draws`` (``total_draws``)
+    the operators dispatched inside :func:`fedpart.seeding.host_draws`: the per-client draws
+    from seeded host generators (a client's batch order, one permutation per client and epoch on
+    every backend). They are not in ``ops``: every backend makes them, one per client (the
+    numbers depend on those streams), on the host whatever the device.
 ``counter.syncs`` (``total_syncs``)
     the operations at which a GPU's host waits for the device, by kind:
 
@@ -54,6 +59,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from fedpart.seeding import in_host_draws
 
 __all__ = ["DATA_DEPENDENT", "DispatchCounter", "SYNC_KINDS"]
 
@@ -153,6 +160,8 @@ class DispatchCounter(TorchDispatchMode):
         super().__init__()
         #: ATen overload name → calls
         self.ops: Counter[str] = Counter()
+        #: ATen overload name → calls inside :func:`fedpart.seeding.host_draws`
+        self.draws: Counter[str] = Counter()
         #: synchronisation kind (:data:`SYNC_KINDS`) → count
         self.syncs: Counter[str] = Counter()
         #: (kind, operator or read) → count; host reads not counted as syncs are listed too
@@ -167,6 +176,10 @@ class DispatchCounter(TorchDispatchMode):
     @property
     def total_ops(self) -> int:
         return sum(self.ops.values())
+
+    @property
+    def total_draws(self) -> int:
+        return sum(self.draws.values())
 
     @property
     def total_syncs(self) -> int:
@@ -197,6 +210,11 @@ class DispatchCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         name = str(func)
         packet = str(func.overloadpacket)
+        if in_host_draws():
+            self.draws[name] += 1
+            if self.prefix is not None:
+                self.sites[(_site(self.prefix), f"draw: {packet}")] += 1
+            return func(*args, **kwargs)
         self.ops[name] += 1
         if self.prefix is not None:
             self.sites[(_site(self.prefix), packet)] += 1
@@ -211,7 +229,10 @@ class DispatchCounter(TorchDispatchMode):
 
     def summary(self, top: int = 10) -> list[str]:
         """Lines: the totals, the synchronisations by kind and the most called operators."""
-        lines = [f"operators: {self.total_ops}, synchronisations: {self.total_syncs}"]
+        lines = [
+            f"operators: {self.total_ops}, synchronisations: {self.total_syncs}, "
+            f"host draws: {self.total_draws}"
+        ]
         for (kind, what), n in sorted(self.sync_ops.items()):
             counted = kind != "host read" or self.host_is_device
             lines.append(f"  {kind}: {what} x{n}" + ("" if counted else " (host data)"))

@@ -17,9 +17,11 @@ Design choices
 --------------
 * **Same batches.** Each client draws its batches exactly as the sequential code does: per
   phase and epoch the generators ``torch_generator(seed, "batches"|"augment", rnd, client,
-  phase, epoch)``, the positions of :func:`~fedpart.engine.training.batch_slices`, and one
-  ``data.batch(..., train=True, generator=augment)`` call per step, in the client's step order,
-  so augmentation draws match. The per-client batches of a step are then stacked.
+  phase, epoch)`` and the positions of :func:`~fedpart.engine.training.batch_slices`
+  (:class:`~fedpart.engine.batch_plan.BatchPlan`: one permutation per client and epoch, then
+  one index tensor for the phase and one read of the pool per step for all clients; with
+  augmentation one ``data.batch(..., generator=augment)`` per client and step, in the client's
+  step order, so augmentation draws match).
 * **Ragged clients by masking.** Clients have different numbers of steps (different dataset
   sizes) and a smaller last batch per epoch. Each client's steps of a phase are numbered
   ``0..T_c-1`` across its epochs and all clients run step ``t`` together.
@@ -330,9 +332,11 @@ def _train_group(
             steps[i] += 1
     results = []
     # each client's tensors as views (one operator per key), then copied into their own storage
-    rows = {k: v.unbind(0) for k, v in stacked.items()}
+    # each client's tensors are rows of the group's stacked tensors (one operator per key, not
+    # one per client and key): the eager loop's own, a copy of a captured program's buffers
+    rows = {k: (v if program is None else v.clone()).unbind(0) for k, v in stacked.items()}
     for i in range(n_clients):
-        state = {k: v[i].clone() for k, v in rows.items()}
+        state = {k: v[i] for k, v in rows.items()}
         mean = loss_sum[i] / samples[i] if samples[i] else 0.0
         results.append(TrainResult(state, mean, samples[i], steps[i], logs[i]))
     return results

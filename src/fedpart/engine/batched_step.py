@@ -1,6 +1,6 @@
-"""One step of many clients at once, the pieces of :mod:`fedpart.engine.batched`'s loop:
-drawing each client's batches as the sequential trainer does and gathering a step's batches
-(:func:`client_batches`, :func:`gather_batches`), the ``vmap(grad(loss))`` of a phase
+"""One step of many clients at once, the pieces of :mod:`fedpart.engine.batched`'s loop (a
+phase's batches come from :class:`~fedpart.engine.batch_plan.BatchPlan`): the
+``vmap(grad(loss))`` of a phase
 (:func:`make_step`, and :func:`grouped_step` for ragged steps of a loss without sample
 weights), and the SGD update on the stacked parameters (:func:`sgd_update`). The module
 docstring of :mod:`fedpart.engine.batched` says why each is as it is.
@@ -8,25 +8,21 @@ docstring of :mod:`fedpart.engine.batched` says why each is as it is.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
-from torch.nn.utils.rnn import pad_sequence
 
+from fedpart.engine.batch_plan import BatchPlan, samples_per_epoch, steps_per_epoch
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Recipe, cross_entropy, with_tensors
-from fedpart.engine.training import TrainSettings, batch_slices
+from fedpart.engine.training import TrainSettings
 from fedpart.models import BlockModel
-from fedpart.seeding import torch_generator
 
 __all__ = [
-    "client_batches",
-    "gather_batches",
     "grouped_step",
     "make_step",
     "samples_per_epoch",
@@ -38,58 +34,6 @@ __all__ = [
 _FUSED_SGD = hasattr(torch, "_fused_sgd_")
 
 State = dict[str, Tensor]
-
-
-def steps_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
-    """The number of batches :func:`batch_slices` makes of ``n`` samples."""
-    if n == 0:
-        return 0
-    if drop_last and n >= batch_size:
-        return n // batch_size
-    return math.ceil(n / batch_size)
-
-
-def samples_per_epoch(n: int, batch_size: int, drop_last: bool) -> int:
-    """The number of samples :func:`batch_slices` uses of ``n`` samples in one epoch."""
-    if drop_last and n >= batch_size:
-        return (n // batch_size) * batch_size
-    return n
-
-
-def client_batches(
-    data: FederatedData,
-    client: int,
-    rnd: int,
-    phase_no: int,
-    epochs: int,
-    settings: TrainSettings,
-) -> Iterator[tuple[Tensor, torch.Generator]]:
-    """A client's batches of one phase, all epochs in order, drawn as ``train_client`` does: the
-    pool indices of each batch and the augmentation generator to prepare it with."""
-    train_idx = data.clients[client].train
-    n = int(train_idx.numel())
-    for epoch in range(epochs):
-        order = torch_generator(settings.seed, "batches", rnd, client, phase_no, epoch)
-        augment = torch_generator(settings.seed, "augment", rnd, client, phase_no, epoch)
-        # the pool indices of the epoch's batches: one indexing per epoch, not one per step
-        bs, drop_last = settings.batch_size, settings.drop_last
-        for index in batch_slices(n, bs, drop_last, order, train_idx.device, of=train_idx):
-            yield index, augment
-
-
-def gather_batches(
-    data: FederatedData, drawn: list[tuple[Tensor, torch.Generator]], device: torch.device
-) -> tuple[Tensor, Tensor]:
-    """Every active client's batch of one step, concatenated: one indexed read of the pool and
-    one preparation for all clients (preparing is per sample, so the values are those of one
-    ``data.batch`` per client); with augmentation, each client's batch is prepared with its own
-    generator, as ``train_client`` does."""
-    if data.augment == "none":
-        x, y = data.batch(torch.cat([index for index, _ in drawn]), train=True)
-    else:
-        parts = [data.batch(index, train=True, generator=g) for index, g in drawn]
-        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    return x.to(device), y.to(device)
 
 
 def make_step(
@@ -263,31 +207,23 @@ def eager_phase(
     plain_step = make_step(model, recipe, phase_no, key_order, False, slot_dims)
     weighted_step = make_step(model, recipe, phase_no, key_order, True, slot_dims)
     others = [k for k in key_order if k not in set(keys)]
-    batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
+    plan = BatchPlan(data, clients, rnd, phase_no, epochs, settings)
     bufs: list[Tensor] = []
     active = len(clients)
     for t in range(totals[0]):
         while totals[active - 1] <= t:
             active -= 1
-        indices = [next(batches[i]) for i in range(active)]
-        lengths = [int(index.numel()) for index, _ in indices]
-        x_all, y_all = gather_batches(data, indices, device)
+        batch = plan.gather(t, active, device)
+        lengths = batch.lengths
         train = {k: stacked[k][:active] for k in keys}
         other = {k: stacked[k][:active] for k in others}
         live = select_slots(slots, slot_dims, slice(0, active))
-        if min(lengths) == max(lengths):
-            x = x_all.view(active, lengths[0], *x_all.shape[1:])
-            y = y_all.view(active, lengths[0])
-            grads, losses = plain_step(train, other, x, y, live)
-            drawn = []
-        else:
-            drawn = list(zip(x_all.split(lengths), y_all.split(lengths), strict=True))
-        if drawn and default_ce:
-            x = pad_sequence([x for x, _ in drawn], batch_first=True)
-            y = pad_sequence([y for _, y in drawn], batch_first=True)
-            w = pad_sequence([x.new_ones(len(y)) for x, y in drawn], batch_first=True)
-            grads, losses = weighted_step(train, other, x, y, live, w)
-        elif drawn:
+        if batch.w is None:
+            grads, losses = plain_step(train, other, batch.x, batch.y, live)
+        elif default_ce:
+            grads, losses = weighted_step(train, other, batch.x, batch.y, live, batch.w)
+        else:  # a loss without sample weights: the batches unpadded, grouped by length
+            drawn = [(batch.x[i, :m], batch.y[i, :m]) for i, m in enumerate(lengths)]
             grads, losses = grouped_step(plain_step, train, other, drawn, lengths, live, slot_dims)
         step_losses.append((losses, lengths))
         sgd_update(

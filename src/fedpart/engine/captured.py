@@ -40,12 +40,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedpart.engine.batched_step import (
-    client_batches,
-    gather_batches,
-    make_step,
-    sgd_update,
-)
+from fedpart.engine.batch_plan import BatchPlan
+from fedpart.engine.batched_step import make_step, sgd_update
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Recipe, cross_entropy, skeleton
 from fedpart.engine.step_graphs import StepGraphs
@@ -213,7 +209,7 @@ def train_phase(
     n = len(clients)
     bs, wd, momentum = settings.batch_size, settings.weight_decay, settings.momentum
     step = program.steps[phase_no]
-    batches = [client_batches(data, c, rnd, phase_no, epochs, settings) for c in clients]
+    plan = BatchPlan(data, clients, rnd, phase_no, epochs, settings)
     active = n
     for t in range(totals[0]):
         was = active
@@ -222,24 +218,18 @@ def train_phase(
         if active < was:  # clients active..was-1 have finished the phase: their rows aside
             for k, v in program.stacked.items():
                 program.aside[k][active:was].copy_(v[active:was])
-        indices = [next(batches[i]) for i in range(active)]
-        lengths = [int(index.numel()) for index, _ in indices]
-        x_all, y_all = gather_batches(data, indices, program.scale.device)
+        batch = plan.gather(t, active, program.scale.device, width=bs)
+        lengths = batch.lengths
         rows = rows_for(active, program.size)
-        x, y, w = program.batch_inputs(rows, x_all)
-        with torch.no_grad():
+        x, y, w = program.batch_inputs(rows, batch.x[0])
+        with torch.no_grad():  # every row batch_size wide: padding weighs 0, rows past active too
             w.zero_()
-            if min(lengths) == bs:  # the usual step: every batch full, a prefix of the rows
-                x[:active].copy_(x_all.view(active, bs, *x_all.shape[1:]))
-                y[:active].copy_(y_all.view(active, bs))
+            x[:active].copy_(batch.x)
+            y[:active].copy_(batch.y)
+            if batch.w is None:
                 w[:active] = 1.0
-            else:  # ragged: each client's samples at the start of its row
-                pos = torch.tensor(
-                    [i * bs + j for i, m in enumerate(lengths) for j in range(m)], device=x.device
-                )
-                x.view(rows * bs, *x.shape[2:]).index_copy_(0, pos, x_all)
-                y.view(-1).index_copy_(0, pos, y_all)
-                w.view(-1).index_fill_(0, pos, 1.0)
+            else:
+                w[:active].copy_(batch.w)
         train, other, bufs, live = program.phase_state(phase_no, keys, rows)
         scale = program.scale[:rows] if program.scaled else None
 

@@ -99,14 +99,14 @@ class ClientStateStore:
     def set_personal(self, client: int, state: State) -> None:
         """Keep the personal part of ``state`` for ``client``."""
         if self.personal_keys:
-            self.personal[client] = {k: state[k].detach() for k in self.personal_keys}
+            self.personal[client] = {k: _kept(state[k]) for k in self.personal_keys}
 
     def set_tailored(self, client: int, state: State) -> None:
         """Replace the server's aggregate for ``client`` by ``state`` (some shared keys)."""
         personal = set(self.personal_keys)
         if personal & set(state):
             raise ValueError(f"personal keys cannot be tailored: {sorted(personal & set(state))}")
-        self.tailored[client] = {k: v.detach() for k, v in state.items()}
+        self.tailored[client] = {k: _kept(v) for k, v in state.items()}
 
     def shared_keys(self, frozen_blocks: set[str] = frozenset()) -> list[str]:
         """Keys that are neither personal nor in ``frozen_blocks``."""
@@ -140,3 +140,8 @@ def compact_state(state: State) -> State:
         whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
         out[key] = t if whole else t.clone()
     return out
+
+
+def _kept(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without its autograd history (itself when it has none: no operator per tensor)."""
+    return t.detach() if t.requires_grad or t.grad_fn is not None else t

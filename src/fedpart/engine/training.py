@@ -19,7 +19,7 @@ from fedpart.engine.functional import classify, features
 from fedpart.engine.recipe import Recipe
 from fedpart.errors import TrainingError
 from fedpart.models import BlockModel
-from fedpart.seeding import model_draws, torch_generator
+from fedpart.seeding import host_draws, model_draws, torch_generator
 
 State = dict[str, torch.Tensor]
 
@@ -95,7 +95,8 @@ def batch_slices(
     tensor of ``n`` entries on ``device``, e.g. a client's pool indices) the batches are those
     entries instead, ``of[positions]`` for each batch's positions, read by one indexing per
     epoch."""
-    perm = torch.randperm(n, generator=generator)
+    with host_draws():
+        perm = torch.randperm(n, generator=generator)
     if device is not None:
         perm = perm.to(device)
     if of is not None:
