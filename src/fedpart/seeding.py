@@ -27,6 +27,7 @@ PURPOSES = {
     "client_failure": 9,
     "pool": 11,
     "model_draws": 12,
+    "dropout": 13,
 }
 
 

@@ -262,7 +262,9 @@ def scale_table(s: dict[str, Any]) -> list[str]:
 
 #: the legend of :data:`COUNT_COLUMNS`, in both reports
 COUNTS_LEGEND = (
-    "*ops/round*, *syncs/round* = the ATen operators dispatched and the host synchronisations "
+    "*ops/round*, *syncs/round* = the ATen operators dispatched (the clients' seeded "
+    "batch-order draws on the host, one per client and epoch, not included) and the host "
+    "synchronisations "
     "(`.item()` and other scalar reads, copies to the host, `.tolist()`/`.numpy()` reads — on "
     "the CPU those a GPU would synchronise on —, operators of data-dependent output size) of "
     "the last timed round run once more after the timed rounds, untimed, training + "

@@ -53,9 +53,13 @@ Design choices
 * ``chunk`` bounds memory: clients are trained in groups of at most ``chunk`` (after the
   longest-first ordering, so a group holds clients of similar sizes).
 
+Dropout (``nn.Dropout``) trains batched: every client's masks come from its own stream, drawn
+by the engine on every backend and passed into ``vmap`` (:mod:`fedpart.engine.dropout`).
+
 What cannot be batched (see :func:`can_batch`): models with buffers (BatchNorm running
-statistics — their functional update under ``vmap`` would change semantics) or with dropout
-(random draws from the global generator cannot match the sequential ones), and groups whose
+statistics — their functional update under ``vmap`` would change semantics) or with another
+dropout module (``Dropout2d``, ``AlphaDropout``, …: their draws come from the global
+generator, which a ``vmap`` cannot give each client its own of), and groups whose
 recipes are not one object or equal (same phases, the same loss-term functions, the same
 criterion and objective).
 
@@ -71,7 +75,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from fedpart.engine import captured
+from fedpart.engine import captured, dropout
 from fedpart.engine.batched_step import eager_phase, samples_per_epoch, steps_per_epoch
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Recipe, skeleton, tensor_slots
@@ -90,7 +94,8 @@ def can_batch(model: nn.Module, recipes: list[Recipe]) -> str | None:
 
     Returns ``None`` when they can, otherwise a one-line reason (for a log message) why the
     group must be trained sequentially: the model has buffers (e.g. BatchNorm running
-    statistics) or dropout, or the recipes are not all the same object or equal.
+    statistics) or a dropout module other than ``nn.Dropout``, or the recipes are not all the
+    same object or equal.
     """
     buffers = [k for k, _ in model.named_buffers()]
     if buffers:
@@ -100,12 +105,9 @@ def can_batch(model: nn.Module, recipes: list[Recipe]) -> str | None:
             "statistics, which batched functional training would not update as the sequential "
             "backend does"
         )
-    dropout = [n for n, m in model.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
-    if dropout:
-        return (
-            f"model {type(model).__name__} has dropout ({dropout[0]}), whose random draws "
-            "cannot match the sequential backend's"
-        )
+    unbatchable = dropout.unbatchable(model)
+    if unbatchable:
+        return unbatchable
     if any(r.observe is not None for r in recipes):
         return "the recipe observes block outputs, which only the sequential trainer reports"
     if recipes:
@@ -190,7 +192,7 @@ def train_clients_batched(
     )
     size = chunk or max(len(order), 1)
     # vmap cannot query memory formats: the batched computation runs in the contiguous layout
-    with model.conv_layout(channels_last=False):
+    with model.conv_layout(channels_last=False), dropout.explicit(model):
         for lo in range(0, len(order), size):
             group = order[lo : lo + size]
             trained = _train_group(
@@ -241,7 +243,7 @@ def _train_group(
     device = next(iter(starts[0].values())).device if starts[0] else torch.device("cpu")
     n_clients = len(clients)
     program = None
-    if settings.cuda_graphs and captured.capturable(recipe):
+    if settings.cuda_graphs and captured.capturable(recipe) and not dropout.modules(model):
         if slot_values is None and tensor_slots(recipe):  # its tensors as slots, not baked in
             slot_values = [tensor_slots(recipe)] * n_clients
             recipe = skeleton(recipe)

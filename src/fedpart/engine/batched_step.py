@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
+from fedpart.engine import dropout
 from fedpart.engine.batch_plan import BatchPlan, samples_per_epoch, steps_per_epoch
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Recipe, cross_entropy, with_tensors
@@ -44,8 +45,9 @@ def make_step(
     weighted: bool,
     slot_dims: tuple[int | None, ...] = (),
 ) -> Callable[..., tuple[State, Tensor]]:
-    """``vmap(grad(loss))`` of phase ``phase_no``: ``(train, other, x, y, slots[, w]) ->
-    (grads, losses)``. ``slots`` fill the recipe's tensor slots (:func:`~fedpart.engine.recipe.
+    """``vmap(grad(loss))`` of phase ``phase_no``: ``(train, other, x, y, slots, noise[, w]) ->
+    (grads, losses)``; ``noise`` feeds the model's dropout calls (:mod:`fedpart.engine.dropout`;
+    ``()`` for a model without). ``slots`` fill the recipe's tensor slots (:func:`~fedpart.engine.recipe.
     with_tensors`; ``slot_dims[j]`` 0 where slot ``j`` is stacked per client, ``None`` where all
     clients share it); with no slots the recipe is used as it is."""
 
@@ -55,23 +57,25 @@ def make_step(
         x: Tensor,
         y: Tensor,
         slots: tuple[Tensor, ...],
+        noise: tuple[Tensor, ...],
         w: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         r = with_tensors(recipe, list(slots)) if slot_dims else recipe
         current = {k: train[k] if k in train else other[k] for k in key_order}
-        if r.objective is not None:
-            loss = r.objective(model, current, x, y)
-        elif w is not None:
-            logits = functional_call(model, current, (x,))
-            per_sample = F.cross_entropy(logits, y, reduction="none")
-            loss = (per_sample * w).sum() / w.sum().clamp_min(1)  # 0 for an all-padding row
-        else:
-            loss = r.criterion(functional_call(model, current, (x,)), y)
+        with dropout.feeding(noise):
+            if r.objective is not None:
+                loss = r.objective(model, current, x, y)
+            elif w is not None:
+                logits = functional_call(model, current, (x,))
+                per_sample = F.cross_entropy(logits, y, reduction="none")
+                loss = (per_sample * w).sum() / w.sum().clamp_min(1)  # 0 for an all-padding row
+            else:
+                loss = r.criterion(functional_call(model, current, (x,)), y)
         for term in r.phases[phase_no].loss_terms:
             loss = loss + term.weight * term.fn(current)
         return loss, loss.detach()
 
-    in_dims: tuple[Any, ...] = (0, 0, 0, 0, tuple(slot_dims)) + ((0,) if weighted else ())
+    in_dims: tuple[Any, ...] = (0, 0, 0, 0, tuple(slot_dims), 0) + ((0,) if weighted else ())
     return vmap(grad(loss_fn, has_aux=True), in_dims=in_dims)
 
 
@@ -94,15 +98,17 @@ def grouped_step(
     lengths: list[int],
     slots: tuple[Tensor, ...] = (),
     slot_dims: tuple[int | None, ...] = (),
+    noise: tuple[Tensor, ...] = (),
 ) -> tuple[State, Tensor]:
     """One step of a loss without sample weights on batches of unequal lengths: one
-    ``vmap(grad)`` per batch length, the results scattered back into stacked tensors."""
+    ``vmap(grad)`` per batch length, the results scattered back into stacked tensors
+    (``noise``: the dropout noise of every client, ``[clients, L, ...]``)."""
     groups: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
         groups.setdefault(n, []).append(i)
     grads = {k: torch.empty_like(v) for k, v in train.items()}
     losses: Tensor | None = None
-    for members in groups.values():
+    for n, members in groups.items():
         idx = torch.tensor(members, device=next(iter(train.values())).device)
         x = torch.stack([drawn[i][0] for i in members])
         y = torch.stack([drawn[i][1] for i in members])
@@ -112,6 +118,7 @@ def grouped_step(
             x,
             y,
             select_slots(slots, slot_dims, idx),
+            tuple(v.index_select(0, idx)[:, :n] for v in noise),
         )
         for k, v in g.items():
             grads[k].index_copy_(0, idx, v)
@@ -208,6 +215,7 @@ def eager_phase(
     weighted_step = make_step(model, recipe, phase_no, key_order, True, slot_dims)
     others = [k for k in key_order if k not in set(keys)]
     plan = BatchPlan(data, clients, rnd, phase_no, epochs, settings)
+    drops = PhaseDraws(model, clients, rnd, phase_no, settings, device)
     bufs: list[Tensor] = []
     active = len(clients)
     for t in range(totals[0]):
@@ -218,13 +226,16 @@ def eager_phase(
         train = {k: stacked[k][:active] for k in keys}
         other = {k: stacked[k][:active] for k in others}
         live = select_slots(slots, slot_dims, slice(0, active))
+        noise = drops.step(stacked, batch.x, active)
         if batch.w is None:
-            grads, losses = plain_step(train, other, batch.x, batch.y, live)
+            grads, losses = plain_step(train, other, batch.x, batch.y, live, noise)
         elif default_ce:
-            grads, losses = weighted_step(train, other, batch.x, batch.y, live, batch.w)
+            grads, losses = weighted_step(train, other, batch.x, batch.y, live, noise, batch.w)
         else:  # a loss without sample weights: the batches unpadded, grouped by length
             drawn = [(batch.x[i, :m], batch.y[i, :m]) for i, m in enumerate(lengths)]
-            grads, losses = grouped_step(plain_step, train, other, drawn, lengths, live, slot_dims)
+            grads, losses = grouped_step(
+                plain_step, train, other, drawn, lengths, live, slot_dims, noise
+            )
         step_losses.append((losses, lengths))
         sgd_update(
             [train[k] for k in keys],
@@ -236,3 +247,42 @@ def eager_phase(
             momentum,
             None if scale is None else scale[:active],
         )
+
+
+class PhaseDraws:
+    """The dropout noise of a group's clients in one phase, step by step: each client's uniforms
+    from its own stream (:func:`fedpart.engine.dropout.stream`), as the sequential trainer draws
+    them; ``()`` for a model without ``nn.Dropout``."""
+
+    def __init__(
+        self,
+        model: BlockModel,
+        clients: list[int],
+        rnd: int,
+        phase_no: int,
+        settings: TrainSettings,
+        device: torch.device,
+    ) -> None:
+        self.model, self.batch_size = model, settings.batch_size
+        self.active = bool(dropout.modules(model))
+        self.sites: dropout.Sites | None = None
+        self.streams = (
+            [dropout.stream(settings.seed, rnd, c, phase_no, device) for c in clients]
+            if self.active
+            else []
+        )
+
+    def step(self, stacked: State, x: Tensor, active: int) -> tuple[Tensor, ...]:
+        """The noise of the first ``active`` clients for their batches ``x [active, L, ...]``
+        (``stacked``: the group's tensors, the first client's probe the dropout calls)."""
+        if not self.active:
+            return ()
+        if self.sites is None:
+            self.sites = dropout.probe(self.model, {k: v[0] for k, v in stacked.items()}, x[0])
+            if self.sites is None:
+                self.active = False
+                return ()
+        u = torch.stack(
+            [dropout.draw(g, self.batch_size, self.sites) for g in self.streams[:active]]
+        )
+        return tuple(dropout.noise(u[:, : x.shape[1]], self.sites, x.device, x.dtype))

@@ -236,7 +236,7 @@ def train_phase(
         def body(
             train=train, other=other, bufs=bufs, live=live, scale=scale, x=x, y=y, w=w, first=t == 0
         ) -> Tensor:
-            grads, losses = step(train, other, x, y, live, w)
+            grads, losses = step(train, other, x, y, live, (), w)
             sgd_update(
                 [train[k] for k in keys],
                 [grads[k] for k in keys],
@@ -250,7 +250,7 @@ def train_phase(
             return losses
 
         def warm(train=train, other=other, live=live, x=x, y=y, w=w) -> Tensor:
-            return step(train, other, x, y, live, w)[1]
+            return step(train, other, x, y, live, (), w)[1]
 
         losses = program.graphs.run((phase_no, rows, t == 0), body, warm)  # type: ignore[arg-type]
         step_losses.append((losses[:active], lengths))

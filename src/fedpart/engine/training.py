@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.func import functional_call
 
+from fedpart.engine import dropout
 from fedpart.engine.data import FederatedData
 from fedpart.engine.functional import classify, features
 from fedpart.engine.recipe import Recipe
@@ -178,6 +179,7 @@ def train_client(
         if recipe.observe is not None:
             for name in recipe.observe.blocks:
                 hooks.append(model.get_submodule(name).register_forward_hook(_keeper(seen, name)))
+        drops = dropout.ClientDraws(model, settings.seed, rnd, client, settings.batch_size)
         try:
             all_blocks = set(model.block_names)
             for phase_no, phase in enumerate(recipe.phases):
@@ -187,6 +189,7 @@ def train_client(
                 if not keys or epochs <= 0 or n == 0:
                     continue
                 lr = settings.lr * phase.lr_scale
+                drops.phase(phase_no, train_idx.device)
                 momentum_buf: dict[str, torch.Tensor] = {}
                 phase_steps, phase_samples = steps, samples
                 cached: torch.Tensor | None = None
@@ -217,10 +220,12 @@ def train_client(
                             loss = recipe.criterion(classify(model, current, cached[positions]), y)
                         else:
                             x, y = data.batch(train_idx[positions], train=True, generator=augment)
-                            if recipe.objective is not None:
-                                loss = recipe.objective(model, current, x, y)
-                            else:
-                                loss = recipe.criterion(functional_call(model, current, (x,)), y)
+                            with drops.step(current, x):
+                                if recipe.objective is not None:
+                                    loss = recipe.objective(model, current, x, y)
+                                else:
+                                    out = functional_call(model, current, (x,))
+                                    loss = recipe.criterion(out, y)
                             if recipe.observe is not None:
                                 observations.append(recipe.observe.fn(x, y, dict(seen)))
                         for term in phase.loss_terms:
@@ -255,6 +260,7 @@ def train_client(
                         steps += 1
                 phase_log.append((tuple(keys), steps - phase_steps, samples - phase_samples))
         finally:
+            drops.close()
             for hook in hooks:
                 hook.remove()
         mean_loss = float(loss_sum) / samples if samples else 0.0
