@@ -1,18 +1,22 @@
 """Whether ``index_add_`` gives the in-order average's roundings on a device.
 
-``fedpart.engine.mixing.average_in_order`` adds the weighted uploads one after another
-(``acc = acc + w_j·x_j``). On the CPU it does so with one ``index_add_`` (rows added in the order
-of the index); on a GPU it keeps the loop, since ``index_add_`` there adds with atomics. Under
-``torch.use_deterministic_algorithms(True)`` a CUDA ``index_add_`` takes a sorted, deterministic
-path, which may add in order too: this script compares it with the loop, bit for bit, on values
-spread over twelve orders of magnitude (where another order shows), and prints one line per case.
+``fedpart.engine.mixing.average_states_in_order`` adds the weighted uploads one after another
+(``acc = acc + w_j·x_j``), two operators per client (a ``_foreach_mul`` and a ``_foreach_add_``
+over its tensors) on every device. One ``index_add_`` of the stacked products would be one
+operator for all clients, and its documented semantics add the rows in the order of the index;
+the CPU kernel does (bit for bit here), but a CUDA ``index_add_`` adds with atomics, and under
+``torch.use_deterministic_algorithms(True)`` goes through a sort whose order among equal indices
+this script checks: it compares ``index_add_`` with the loop, bit for bit, on values spread over
+twelve orders of magnitude (where another order shows), and prints one line per case.
 
     python benchmarks/fold_check.py --device cuda
+    python benchmarks/fold_check.py --time      # the loop against index_add_ (stacked), timed
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 
@@ -32,11 +36,36 @@ def fold(stacked: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return acc
 
 
+def timed(device: torch.device) -> None:
+    """Milliseconds per average of n uploads of a 6.4-MB layer (one thread): the loop as the
+    engine runs it against one ``index_add_`` of the stacked products."""
+    torch.set_num_threads(1)
+    for n in (10, 50):
+        uploads = [torch.randn(1_605_632, device=device) for _ in range(n)]
+        w = torch.full((n,), 1.0 / n, device=device)
+        cases = {
+            "loop": lambda u=uploads, w=w: loop(u, w),
+            "index_add_ (stacked)": lambda u=uploads, w=w: fold(torch.stack(u), w),
+        }
+        for name, fn in cases.items():
+            fn()
+            t0 = time.perf_counter()
+            for _ in range(5):
+                fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            print(f"{n} uploads, {name}: {(time.perf_counter() - t0) / 5 * 1e3:.1f} ms")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
+    p.add_argument("--time", action="store_true", help="time the two instead")
     args = p.parse_args()
     dev = torch.device(args.device)
+    if args.time:
+        timed(dev)
+        return
     gen = torch.Generator().manual_seed(0)
     for deterministic in (False, True):
         torch.use_deterministic_algorithms(deterministic)

@@ -11,7 +11,7 @@
 #   rounds     benchmarks/captured_round.py: bench workloads' rounds, eager vs engine.cuda_graphs
 #   bench      fedpart bench --device cuda (round times, batched/ceiling, ops and syncs per round)
 #   evalpass   benchmarks/evaluation_pass.py: every client's evaluation client by client vs one pass
-#   fold       benchmarks/fold_check.py: whether CUDA's index_add_ adds in order (the CPU's average)
+#   fold       benchmarks/fold_check.py: whether CUDA's index_add_ adds in client order (one-operator average)
 #   pfl        pfl-research side by side on its CIFAR-10 protocol (skipped without `import pfl`)
 #   captured   benchmarks/captured_step.py: a batched step as one captured CUDA graph
 #   conv       benchmarks/grouped_conv.py: grouped convolutions per cuDNN setting / formulation

@@ -54,33 +54,42 @@ def _loop(tensors, weights, dtype):
     return acc
 
 
-def test_the_in_order_average_is_the_per_tensor_loop_bit_for_bit(monkeypatch):
-    """On the CPU the average is one product and one ``index_add_`` per chunk of stacked
-    tensors: the same roundings as ``acc = acc + w_j·x_j`` tensor after tensor (values spread
-    over twelve orders of magnitude, so that another summation order would show), chunked or
-    not, integers averaged in float64 and rounded; a fixed number of operators."""
+def test_the_average_of_states_is_each_tensors_in_order_loop_bit_for_bit():
+    """Every key of a rank-one mix is ``acc = acc + w_j·x_j`` state after state (values spread
+    over twelve orders of magnitude, so that another summation order would show; integers in
+    float64, rounded), the float tensors of a state taken as one list: two operators per state
+    whatever the number of tensors."""
     from fedpart.bench.dispatch import DispatchCounter
     from fedpart.engine import mixing
 
     gen = torch.Generator().manual_seed(3)
+
+    def states(n: int) -> list[dict[str, torch.Tensor]]:
+        scales = 10.0 ** torch.randint(-6, 6, (n, 3), generator=gen)
+        return [
+            {
+                "a": torch.randn(9, 5, generator=gen) * s[0],
+                "b": torch.randn(7, generator=gen) * s[1],
+                "n": torch.randint(0, 1000, (4,), generator=gen),
+                "h": (torch.randn(3, generator=gen) * s[2]).double(),
+            }
+            for s in scales
+        ]
+
     for n in (1, 2, 7, 60):
-        scales = 10.0 ** torch.randint(-6, 6, (n,), generator=gen)
-        tensors = [torch.randn(9, 5, generator=gen) * s for s in scales]
+        held = states(n)
         weights = torch.rand(n, generator=gen, dtype=torch.float64)
         weights = weights / weights.sum()
-        want = _loop(tensors, weights, torch.float32)
-        assert torch.equal(mixing.average_in_order(tensors, weights), want)
-        ints = [torch.randint(0, 1000, (4,), generator=gen) for _ in range(n)]
-        got = mixing.average_in_order(ints, weights)
-        assert got.dtype == torch.long
-        assert torch.equal(got, _loop(ints, weights, torch.float64).round().long())
-        with monkeypatch.context() as m:
-            m.setattr(mixing, "FOLD_BYTES", 9 * 5 * 8 * 3)  # three tensors a chunk
-            assert torch.equal(mixing.average_in_order(tensors, weights), want)
+        got = mixing.mix_states(held, weights[None], ["a", "b", "n", "h"])[0]
+        for k in ("a", "b", "h"):
+            assert got[k].dtype == held[0][k].dtype
+            assert torch.equal(got[k], _loop([s[k] for s in held], weights, held[0][k].dtype))
+        ints = _loop([s["n"] for s in held], weights, torch.float64).round().long()
+        assert got["n"].dtype == torch.long and torch.equal(got["n"], ints)
     counts = []
     for n in (5, 40):
-        tensors = [torch.randn(3, 3, generator=gen) for _ in range(n)]
+        held = [{k: v for k, v in s.items() if k in "ab"} for s in states(n)]
         with DispatchCounter("cpu") as c:
-            mixing.average_in_order(tensors, torch.full((n,), 1.0 / n, dtype=torch.float64))
+            mixing.mix_states(held, torch.full((1, n), 1.0 / n, dtype=torch.float64), ["a", "b"])
         counts.append(c.total_ops)
-    assert counts[0] == counts[1]
+    assert counts[1] - counts[0] == 2 * 35

@@ -37,28 +37,23 @@ def mix_states(
     receives; FedAvg is the rank-one case. Integer tensors are mixed in float64 and rounded.
 
     The weights may live anywhere; the result lives on the states' device. A rank-one mix (an
-    average) is :func:`average_in_order`, the same sum on every machine and device, without
-    stacking the states (1,000 uploads of a 2 MB layer would otherwise take another 2 GB).
+    average) is :func:`average_states_in_order`, the same sum on every machine and device,
+    without stacking the states (1,000 uploads of a 2 MB layer would otherwise take another
+    2 GB).
     """
     if not keys:
         return [{} for _ in range(weights.shape[0])]
     device = states[0][keys[0]].device
     w = weights.to(device=device, dtype=torch.float64)
+    if w.shape[0] == 1:
+        return [average_states_in_order(states, w[0], keys)]
     out: list[dict[str, torch.Tensor]] = [{} for _ in range(w.shape[0])]
     for key in keys:
         tensors = [s[key] for s in states]
-        if w.shape[0] == 1:
-            out[0][key] = average_in_order(tensors, w[0])
-            continue
         mixed = _mix_block(tensors, w)
         for i in range(w.shape[0]):
             out[i][key] = mixed[i]
     return out
-
-
-#: bytes of products stacked at a time by :func:`average_in_order` on the CPU (a longer list of
-#: states is folded chunk after chunk, into the same accumulator)
-FOLD_BYTES = 256 * 2**20
 
 
 def average_in_order(tensors: Sequence[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
@@ -72,36 +67,39 @@ def average_in_order(tensors: Sequence[torch.Tensor], weights: torch.Tensor) -> 
     operations everywhere. It gives what the earlier ``weights @ stacked`` gave on the machines
     the recorded results were made on: ``tests/test_recorded_numbers.py`` reruns recorded FedAvg
     rounds (bit for bit when oneDNN's convolutions are held to the same instruction set).
-
-    On the CPU the same sum is a fixed number of operators whatever the number of tensors: the
-    products ``w_j · x_j`` of a chunk of stacked tensors in one multiplication, then one
-    ``index_add_`` into the accumulator, which adds the rows in the order of its index (its
-    documented semantics; the CPU kernel adds row after row). Elsewhere (``index_add_`` on CUDA
-    accumulates with atomics, in no fixed order) one product and one sum per tensor.
     """
     first = tensors[0]
     exact = first.is_floating_point()
     dtype = first.dtype if exact else torch.float64
-    if first.device.type == "cpu" and len(tensors) > 1:
-        acc = None
-        step = max(1, FOLD_BYTES // max(1, first.numel() * 8))
-        for lo in range(0, len(tensors), step):
-            part = torch.stack(list(tensors[lo : lo + step])).to(dtype)
-            w = weights[lo : lo + step].to(device=first.device, dtype=dtype)
-            part.mul_(w.view(-1, *[1] * first.dim()))
-            if acc is None:
-                acc, part = part[0].clone(), part[1:]
-            if len(part):
-                zeros = torch.zeros(len(part), dtype=torch.long)
-                acc.unsqueeze(0).index_add_(0, zeros, part)
-        assert acc is not None
-        return acc if exact else acc.round().to(first.dtype)
     # the weights as 0-dim views, made by one operator (not one indexing per state)
     w = weights.to(device=first.device, dtype=dtype).unbind(0)
     acc = first.to(dtype) * w[0]
     for j in range(1, len(tensors)):
         acc = acc + tensors[j].to(dtype) * w[j]
     return acc if exact else acc.round().to(first.dtype)
+
+
+def average_states_in_order(
+    states: Sequence[Mapping[str, torch.Tensor]], weights: torch.Tensor, keys: Sequence[str]
+) -> dict[str, torch.Tensor]:
+    """:func:`average_in_order` of every key: the same roundings, with the floating-point tensors
+    of one state multiplied and added as one list (``torch._foreach_mul``, ``_foreach_add_``) —
+    two operators per state whatever the number of tensors, not two per state and tensor."""
+    groups: dict[tuple[torch.dtype, torch.device], list[str]] = {}
+    out: dict[str, torch.Tensor] = {}
+    for k in keys:
+        t = states[0][k]
+        if t.is_floating_point():
+            groups.setdefault((t.dtype, t.device), []).append(k)
+        else:
+            out[k] = average_in_order([s[k] for s in states], weights)
+    for (dtype, device), group in groups.items():
+        w = weights.to(device=device, dtype=dtype).unbind(0)
+        acc = torch._foreach_mul([states[0][k] for k in group], w[0])
+        for j in range(1, len(states)):
+            torch._foreach_add_(acc, torch._foreach_mul([states[j][k] for k in group], w[j]))
+        out.update(zip(group, acc, strict=True))
+    return {k: out[k] for k in keys}
 
 
 def _mix_block(tensors: Sequence[torch.Tensor], w: torch.Tensor) -> torch.Tensor:
