@@ -10,6 +10,9 @@ left out) and every client's evaluated state. Run it with the code before a chan
     PYTHONPATH=/path/to/worktree/src python benchmarks/same_numbers.py --out before.pt
     python benchmarks/same_numbers.py --out after.pt
     python benchmarks/same_numbers.py --compare before.pt after.pt
+
+``--backend sequential`` runs the same cases on the sequential reference instead (the FedRep
+case then has no clients to batch: the same run as plain FedRep).
 """
 
 from __future__ import annotations
@@ -49,12 +52,14 @@ CASES = {
 }
 
 
-def record(out: str) -> None:
+def record(out: str, backend: str) -> None:
     results = {}
     for name, over in CASES.items():
-        run = fedpart.run({**BASE, **over}, write=False)
-        if run.simulation.backend != "batched":
-            raise SystemExit(f"{name}: ran on {run.simulation.backend}, not batched")
+        config = {**BASE, **over}
+        config["engine"] = {**config["engine"], "backend": backend}
+        run = fedpart.run(config, write=False)
+        if run.simulation.backend != backend:
+            raise SystemExit(f"{name}: ran on {run.simulation.backend}, not {backend}")
         rows = [
             {k: v for k, v in row.items() if "second" not in k and "wall" not in k}
             for row in run.metrics
@@ -80,11 +85,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="save this code's runs here")
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    p.add_argument("--backend", default="batched", choices=["batched", "sequential"])
     args = p.parse_args()
     if args.compare:
         compare(*args.compare)
     elif args.out:
-        record(args.out)
+        record(args.out, args.backend)
     else:
         p.error("give --out or --compare")
 

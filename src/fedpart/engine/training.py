@@ -234,27 +234,7 @@ def train_client(
                         if settings.max_grad_norm:
                             grads, over = clip_gradient(grads, settings.max_grad_norm)
                             clipped += over
-                        with torch.no_grad():
-                            directions = []
-                            for k, g in zip(keys, grads, strict=True):
-                                d = (
-                                    g + settings.weight_decay * state[k]
-                                    if settings.weight_decay
-                                    else g
-                                )
-                                if settings.momentum:
-                                    buf = momentum_buf.get(k)
-                                    d = (
-                                        d.clone()
-                                        if buf is None
-                                        else buf.mul_(settings.momentum).add_(d)
-                                    )
-                                    momentum_buf[k] = d
-                                directions.append(d)
-                            # p ← p − lr·d in place (the graph is freed): the rounding of ``p - lr * d``
-                            torch._foreach_sub_(
-                                [state[k] for k in keys], torch._foreach_mul(directions, lr)
-                            )
+                        sgd_step(state, keys, grads, momentum_buf, settings, lr)
                         loss_sum += loss.detach().double() * len(y)
                         samples += len(y)
                         steps += 1
@@ -274,6 +254,45 @@ def train_client(
         return TrainResult(
             state, mean_loss, samples, steps, phase_log, observations, clipped=clipped_steps
         )
+
+
+def sgd_step(
+    state: State,
+    keys: list[str],
+    grads: tuple[torch.Tensor, ...],
+    momentum_buf: dict[str, torch.Tensor],
+    settings: TrainSettings,
+    lr: float,
+) -> None:
+    """The SGD update of ``keys`` in ``state``, in place: ``d = g + wd·p``; ``b = d`` on a phase's
+    first step, else ``b = momentum·b + d`` (``momentum_buf``); ``p ← p − lr·d`` with ``lr·d``
+    rounded first (the rounding of ``p - lr * d``). Without momentum the directions are this
+    step's own tensors, scaled in place (no temporary the size of the model)."""
+    with torch.no_grad():
+        directions = []
+        for k, g in zip(keys, grads, strict=True):
+            d = g + settings.weight_decay * state[k] if settings.weight_decay else g
+            if settings.momentum:
+                buf = momentum_buf.get(k)
+                d = d.clone() if buf is None else buf.mul_(settings.momentum).add_(d)
+                momentum_buf[k] = d
+            directions.append(d)
+        params = [state[k] for k in keys]
+        if settings.momentum or not _own(directions):
+            torch._foreach_sub_(params, torch._foreach_mul(directions, lr))
+        else:
+            torch._foreach_mul_(directions, lr)
+            torch._foreach_sub_(params, directions)
+
+
+def _own(tensors: list[torch.Tensor]) -> bool:
+    """Whether each tensor is contiguous and has its own storage (safe to scale in place)."""
+    seen = set()
+    for t in tensors:
+        if not t.is_contiguous() or t._base is not None:
+            return False
+        seen.add(t.untyped_storage().data_ptr())
+    return len(seen) == len(tensors)
 
 
 def clip_gradient(
