@@ -26,6 +26,7 @@ cached features) a module behaves as ``nn.Dropout``.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 _FEED = threading.local()
+_PROBED: weakref.WeakKeyDictionary[nn.Module, dict[tuple, Sites | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def modules(model: nn.Module) -> list[nn.Module]:
@@ -141,8 +145,18 @@ def probe(model: nn.Module, state: dict[str, Tensor], x: Tensor) -> Sites | None
     """The dropout calls of a forward of ``model`` (with :func:`explicit` installed) on the
     samples ``x`` (two are enough), or ``None`` when it has none; a call on a tensor whose first
     dimension is not the samples' is refused (``ValueError``)."""
-    if not modules(model):
+    found = modules(model)
+    if not found:
         return None
+    # one probe per model, input shape and dropout rates (each client's training asks again)
+    key = (tuple(x.shape[1:]), x.dtype, tuple((id(m), m.p) for m in found))
+    cached = _PROBED.setdefault(model, {})
+    if key not in cached:
+        cached[key] = _probe(model, state, x)
+    return cached[key]
+
+
+def _probe(model: nn.Module, state: dict[str, Tensor], x: Tensor) -> Sites | None:
     x = x[:2]
     _FEED.record = []
     try:
