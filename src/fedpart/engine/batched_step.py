@@ -47,9 +47,10 @@ def make_step(
 ) -> Callable[..., tuple[State, Tensor]]:
     """``vmap(grad(loss))`` of phase ``phase_no``: ``(train, other, x, y, slots, noise[, w]) ->
     (grads, losses)``; ``noise`` feeds the model's dropout calls (:mod:`fedpart.engine.dropout`;
-    ``()`` for a model without). ``slots`` fill the recipe's tensor slots (:func:`~fedpart.engine.recipe.
-    with_tensors`; ``slot_dims[j]`` 0 where slot ``j`` is stacked per client, ``None`` where all
-    clients share it); with no slots the recipe is used as it is."""
+    ``()`` for a model without). ``slots`` fill the recipe's tensor slots
+    (:func:`~fedpart.engine.recipe.with_tensors`; ``slot_dims[j]`` 0 where slot ``j`` is stacked
+    per client, ``None`` where all clients share it); with no slots the recipe is used as it
+    is."""
 
     def loss_fn(
         train: State,
