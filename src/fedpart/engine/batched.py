@@ -76,7 +76,8 @@ import torch
 from torch import Tensor, nn
 
 from fedpart.engine import captured, dropout
-from fedpart.engine.batched_step import eager_phase, samples_per_epoch, steps_per_epoch
+from fedpart.engine.batch_plan import samples_per_epoch, steps_per_epoch
+from fedpart.engine.batched_step import eager_phase
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Recipe, skeleton, tensor_slots
 from fedpart.engine.training import TrainResult, TrainSettings, trainable_keys

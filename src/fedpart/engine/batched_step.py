@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
 from fedpart.engine import dropout
-from fedpart.engine.batch_plan import BatchPlan, samples_per_epoch, steps_per_epoch
+from fedpart.engine.batch_plan import BatchPlan
 from fedpart.engine.data import FederatedData
 from fedpart.engine.recipe import Recipe, cross_entropy, with_tensors
 from fedpart.engine.training import TrainSettings
@@ -26,9 +26,7 @@ from fedpart.models import BlockModel
 __all__ = [
     "grouped_step",
     "make_step",
-    "samples_per_epoch",
     "sgd_update",
-    "steps_per_epoch",
 ]
 
 #: use the fused SGD kernel of ``torch.optim.SGD(fused=True)`` (else ``_foreach`` ops)
