@@ -101,7 +101,7 @@ def clients_case(g: int, args: argparse.Namespace, device: torch.device) -> dict
 
     def one_step(params: dict[str, torch.Tensor], idx: torch.Tensor, acc: torch.Tensor) -> None:
         x, y = xs[rows, idx], ys[rows, idx]
-        grads, losses = step(params, {}, x, y, ())
+        grads, losses = step(params, {}, x, y, (), ())
         sgd_update(list(params.values()), [grads[k] for k in params], [], 1, lr, 0.0, 0.0)
         acc.add_(losses)
 

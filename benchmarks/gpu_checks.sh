@@ -12,6 +12,8 @@
 #   bench      fedpart bench --device cuda (round times, batched/ceiling, ops and syncs per round)
 #   evalpass   benchmarks/evaluation_pass.py: every client's evaluation client by client vs one pass
 #   fold       benchmarks/fold_check.py: whether CUDA's index_add_ adds in client order (one-operator average)
+#   quickstart `fedpart compare configs/quickstart.yaml engine.device=DEVICE` (the README's quick
+#              start on the device; its wall time against the same command on a CPU)
 #   pfl        pfl-research side by side on its CIFAR-10 protocol (skipped without `import pfl`)
 #   captured   benchmarks/captured_step.py: a batched step as one captured CUDA graph
 #   conv       benchmarks/grouped_conv.py: grouped convolutions per cuDNN setting / formulation
@@ -37,7 +39,7 @@ fi
 out=$1
 data=${2:-../shared/data}
 deadline=$((SECONDS + ${DEADLINE_S:-540}))
-steps=",${STEPS:-rounds,bench,evalpass,fold,pfl,captured,conv,dispfl,smoke,gap,profile,repro},"
+steps=",${STEPS:-rounds,bench,evalpass,fold,quickstart,pfl,captured,conv,dispfl,smoke,gap,profile,repro},"
 dev=${DEVICE:-cuda}
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$out"
@@ -71,10 +73,13 @@ except FedpartError as exc:
 step rounds "${ROUNDS_S:-120}" rounds.md $py benchmarks/captured_round.py --device "$dev" \
     --data-root "$data" --rounds 3 --workloads fedper,fedavg,dfedpgp
 step bench "${BENCH_S:-150}" bench.log $py -m fedpart.cli bench --device "$dev" --data-root "$data" \
-    --repeats 3 --out "$out/gpu-bench.md"
+    --repeats 3 ${BENCH_WORKLOADS:+--workloads "$BENCH_WORKLOADS"} --out "$out/gpu-bench.md"
 step evalpass "${EVALPASS_S:-45}" evalpass.md $py benchmarks/evaluation_pass.py --device "$dev" \
     --data-root "$data"
 step fold "${FOLD_S:-30}" fold.log $py benchmarks/fold_check.py --device "$dev"
+step quickstart "${QUICKSTART_S:-150}" quickstart.log $py -m fedpart.cli compare \
+    configs/quickstart.yaml "engine.device=$dev" "output.dir=$out/../quickstart-runs/{algorithm}" \
+    ${QUICKSTART_SET:-}
 if $py -c "import pfl" 2>/dev/null; then
     step pfl "${PFL_S:-110}" pfl.md $py benchmarks/pfl_side_by_side.py --device "$dev" \
         --settings defaults --iterations "${PFL_ITERATIONS:-20}" --repeats 1
