@@ -22,8 +22,11 @@
 #   gap        benchmarks/gpu_batched_gap.py
 #   profile    benchmarks/gpu_round_profile.py (DFedPGP)
 #   repro      the paper-budget reproductions, in the order REPRO lists them (entries separated by
-#              ';', each "SCRIPT ARGS": benchmarks/SCRIPT/reproduce.py ARGS; default the Pa3dFL
-#              runs at the paper's budget), with whatever time is left: each run on the device
+#              ';', each "SCRIPT ARGS": benchmarks/SCRIPT/reproduce.py ARGS; default Pa3dFL as
+#              it is now, with the study's step limit, and HeteroFL without its Scaler at the
+#              paper's budget: 500 rounds x 20 clients x 5 local epochs; the "budget"
+#              experiment's own Pa3dFL run is the method from before issue 22, which diverges
+#              at 5 epochs), with whatever time is left: each run on the device
 #              (engine.device, engine.backend=auto, a checkpoint every 5 rounds) into
 #              REPRO_RUNS (default OUT_DIR/repro-runs), resumed from there by the next lease when
 #              the previous lease's run directories are put back there; the records the scripts
@@ -96,7 +99,8 @@ step gap "${GAP_S:-40}" gap.txt $py benchmarks/gpu_batched_gap.py --device "$dev
 step profile "${PROFILE_S:-90}" profile.txt $py benchmarks/gpu_round_profile.py --device "$dev" \
     --data-root "$data" --workloads dfedpgp
 repro_runs=${REPRO_RUNS:-$out/repro-runs}
-IFS=';' read -ra queue <<< "${REPRO:-pa3dfl --scale paper --only budget}"
+paper_runs=pa3dfl-e5g-hetero-seed0,heterofl-noscaler-e5-hetero-seed0
+IFS=';' read -ra queue <<< "${REPRO:-pa3dfl --scale paper --only e5,budget --runs $paper_runs}"
 for entry in "${queue[@]}"; do
     read -ra words <<< "$entry"
     [ ${#words[@]} -gt 0 ] || continue

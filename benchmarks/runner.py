@@ -113,6 +113,9 @@ def reproduction_parser(doc: str, experiments: Sequence[str]) -> argparse.Argume
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--data-root", default=DATA_ROOT)
     ap.add_argument("--configs", default="", help="only runs of these configs (comma-separated)")
+    ap.add_argument(
+        "--runs", default="", help="only these runs, by record name (comma-separated)"
+    )
     ap.add_argument("--report", action="store_true", help="print the tables from the records only")
     ap.add_argument(
         "--set",
@@ -128,8 +131,8 @@ def reproduction_parser(doc: str, experiments: Sequence[str]) -> argparse.Argume
 def selected_runs(
     ap: argparse.ArgumentParser, args: argparse.Namespace, experiments: dict[str, list[tuple]]
 ) -> dict[str, tuple]:
-    """Run name -> the rest of its entry (config first) for ``--only`` and ``--configs``; an
-    unknown experiment is a usage error."""
+    """Run name -> the rest of its entry (config first) for ``--only``, ``--configs`` and
+    ``--runs``; an unknown experiment or run name is a usage error."""
     chosen = args.only.split(",") if args.only else list(experiments)
     unknown = [e for e in chosen if e not in experiments]
     if unknown:
@@ -141,6 +144,12 @@ def selected_runs(
     if args.configs:
         keep = set(args.configs.split(","))
         runs = {n: r for n, r in runs.items() if r[0] in keep}
+    if getattr(args, "runs", ""):
+        names = args.runs.split(",")
+        missing = [n for n in names if n not in runs]
+        if missing:
+            ap.error(f"unknown run(s) {missing} in the selected experiments")
+        runs = {n: runs[n] for n in names}
     return runs
 
 
