@@ -96,7 +96,7 @@ from device_checks import (  # noqa: E402 - the checks live with the tests
 )
 
 TEST_FILE = ROOT / "tests" / "test_device_checks.py"
-CHECKS = ("accuracy", "batched", "resume", "kill", "timing")
+CHECKS = ("accuracy", "batched", "captured", "resume", "kill", "timing")
 #: what ``--quick`` leaves out: the subprocess runs and the MNIST timings
 QUICK_SKIP = ("kill", "timing")
 #: a line per test (the progress line of its check under it) and the failures' summary
@@ -367,6 +367,13 @@ def format_report(smoke: Smoke) -> str:
             f"above that tolerance passes when it is at most {NOISE_FACTOR:g}x the gap between "
             "the device's and the CPU's sequential runs of the method (*device vs CPU*): the "
             "same rounding, grown by long training (fedseqlayer's 10 fine-tuning epochs).",
+        ),
+        (
+            "captured",
+            "Captured vs sequential on the device",
+            "`engine.backend=batched engine.cuda_graphs=true` (the training as a few programs "
+            "kept across rounds, replayed as CUDA graphs on a GPU) against the same sequential "
+            "run, with the batched check's tolerances.",
         ),
         (
             "resume",

@@ -113,9 +113,7 @@ def reproduction_parser(doc: str, experiments: Sequence[str]) -> argparse.Argume
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--data-root", default=DATA_ROOT)
     ap.add_argument("--configs", default="", help="only runs of these configs (comma-separated)")
-    ap.add_argument(
-        "--runs", default="", help="only these runs, by record name (comma-separated)"
-    )
+    ap.add_argument("--runs", default="", help="only these runs, by record name (comma-separated)")
     ap.add_argument("--report", action="store_true", help="print the tables from the records only")
     ap.add_argument(
         "--set",

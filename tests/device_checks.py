@@ -80,10 +80,12 @@ HEADERS = {
     "resume": ["method", "backend", "rounds", "metrics", "summary", "checkpoint", "result"],
     "kill": ["method", "rounds", "killed", "metrics", "summary", "checkpoint", "result"],
 }
+HEADERS["captured"] = HEADERS["batched"]
 #: the test function of each check (``-k`` of the wrapper's ``--skip``)
 TESTS = {
     "accuracy": "test_accuracy",
     "batched": "test_batched",
+    "captured": "test_captured",
     "resume": "test_resume",
     "kill": "test_kill_and_resume",
 }
@@ -240,6 +242,11 @@ def _overrides(
     ]
 
 
+#: the engine settings each kind of batched check runs with: the eager batched backend, and its
+#: training captured as a few programs kept across rounds (``engine.cuda_graphs``)
+BATCHED_KINDS = {"batched": (), "captured": ("engine.cuda_graphs=true",)}
+
+
 def run_method(
     opts: Options,
     name: str,
@@ -247,10 +254,11 @@ def run_method(
     backend: str = "sequential",
     rounds: int | None = None,
     out: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> fedpart.api.Result:
     """One run of the quick start for ``name`` on ``device`` (``out``: its run directory, with a
-    checkpoint every round; none: nothing written)."""
-    overrides = _overrides(opts, name, device, backend, rounds)
+    checkpoint every round; none: nothing written; ``extra``: further overrides)."""
+    overrides = [*_overrides(opts, name, device, backend, rounds), *extra]
     if out is None:
         return fedpart.run(opts.config, overrides, write=False)
     return fedpart.run(opts.config, [*overrides, f"output.dir={out}", "output.checkpoint_every=1"])
@@ -445,36 +453,40 @@ def compare_backends(
     return problems, cells
 
 
-def check_batched(runs: MethodRuns) -> Outcome:
+def check_batched(runs: MethodRuns, kind: str = "batched") -> Outcome:
     """``engine.backend=batched`` on the device against the sequential run: equal up to float
     rounding, the counters exactly; not applicable where the method or model has no batched
-    backend."""
+    backend. ``kind`` ``captured``: the same with the training captured
+    (:data:`BATCHED_KINDS`)."""
     name = runs.name
     if "batched" not in ALGORITHMS[name].backends:
-        return Outcome("batched", name, None, [name, "sequential only", *["—"] * 6])
+        return Outcome(kind, name, None, [name, "sequential only", *["—"] * 6])
     failed = [name, "error", "—", "—", "—", "—", "—", "FAIL"]
     try:
         seq = runs.device()
     except Exception:  # noqa: BLE001 - the accuracy check says why
         failed[1] = "—"
-        return Outcome("batched", name, False, failed, "no sequential run to compare with")
+        return Outcome(kind, name, False, failed, "no sequential run to compare with")
     try:
-        bat = run_method(runs.opts, name, runs.opts.device, backend="batched")
+        bat = run_method(
+            runs.opts, name, runs.opts.device, backend="batched", extra=BATCHED_KINDS[kind]
+        )
     except FedpartError as exc:
         if "batched is not possible" in str(exc):
             why = str(exc).split("batched is not possible here: ", 1)[-1]
             short = "BatchNorm" if "buffers" in why else why[:60]
-            return Outcome("batched", name, None, [name, f"n/a ({short})", *["—"] * 6])
-        return Outcome("batched", name, False, failed, _error(exc))
+            return Outcome(kind, name, None, [name, f"n/a ({short})", *["—"] * 6])
+        return Outcome(kind, name, False, failed, _error(exc))
     except Exception as exc:  # noqa: BLE001
-        return Outcome("batched", name, False, failed, _error(exc))
+        return Outcome(kind, name, False, failed, _error(exc))
     problems, cells = compare_backends(seq, bat, runs.floor)
     backend = bat.simulation.backend if bat.simulation is not None else "batched"
+    backend += ", captured" if kind == "captured" else ""
     detail = "; ".join(problems) or f"max abs. Δ {cells[0]}" + (
         f" (device vs CPU {cells[1]})" if runs.floor is not None else ""
     )
     cells = [name, backend, *cells, "ok" if not problems else "FAIL"]
-    return Outcome("batched", name, not problems, cells, detail)
+    return Outcome(kind, name, not problems, cells, detail)
 
 
 def check_resume(opts: Options, name: str, backend: str, where: Path) -> Outcome | None:

@@ -1,5 +1,5 @@
-"""Every method on a device next to its CPU run, the batched backend against the sequential one,
-bit-identical resume and kill-and-resume: the GPU checks, selected by ``--device``.
+"""Every method on a device next to its CPU run, the batched backend (eager and captured) against
+the sequential one, bit-identical resume and kill-and-resume: the GPU checks, selected by ``--device``.
 
     python -m pytest --device cuda tests/test_device_checks.py     # on a GPU
     python -m pytest --device cpu tests/test_device_checks.py -k "fedavg or fedper"   # self-check
@@ -80,6 +80,12 @@ def test_accuracy(runs, record):
 
 def test_batched(runs, record):
     record(check_batched(runs))
+
+
+def test_captured(runs, record):
+    """The batched backend with its training captured (``engine.cuda_graphs``), against the
+    same sequential run and within the same tolerances."""
+    record(check_batched(runs, "captured"))
 
 
 def test_resume(opts, method, backend, record, tmp_path):
