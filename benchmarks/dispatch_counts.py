@@ -81,9 +81,19 @@ def main() -> None:
     p.add_argument("--per-round", default="10,50", help="clients per round, comma-separated")
     p.add_argument("--top", type=int, default=25, help="growing sites shown per case")
     p.add_argument("--set", nargs="*", default=[], help="more config overrides (key=value)")
+    p.add_argument(
+        "--fold",
+        action="store_true",
+        help="fold the average into one index_add_ on the CPU too, as on CUDA under "
+        "engine.deterministic (fedpart.engine.mixing.FOLD_DEVICES)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     sizes = [int(n) for n in args.per_round.split(",")]
+    if args.fold:
+        from fedpart.engine import mixing
+
+        mixing.FOLD_DEVICES = frozenset({"cpu", "cuda"})
     header = (
         "| method | backend | clients/round | train ops | eval ops | ops/round | syncs/round "
         "| host draws/round |"

@@ -10,6 +10,7 @@ left out) and every client's evaluated state. Run it with the code before a chan
     PYTHONPATH=/path/to/worktree/src python benchmarks/same_numbers.py --out before.pt
     python benchmarks/same_numbers.py --out after.pt
     python benchmarks/same_numbers.py --compare before.pt after.pt
+    python benchmarks/same_numbers.py --fold --out folded.pt   # the average as CUDA's fold
 
 ``--backend sequential`` runs the same cases on the sequential reference instead (the FedRep
 case then has no clients to batch: the same run as plain FedRep).
@@ -86,7 +87,17 @@ def main() -> None:
     p.add_argument("--out", help="save this code's runs here")
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     p.add_argument("--backend", default="batched", choices=["batched", "sequential"])
+    p.add_argument(
+        "--fold",
+        action="store_true",
+        help="fold every average into one index_add_ on the CPU too, as the engine does on CUDA "
+        "under engine.deterministic (fedpart.engine.mixing.FOLD_DEVICES)",
+    )
     args = p.parse_args()
+    if args.fold:
+        from fedpart.engine import mixing
+
+        mixing.FOLD_DEVICES = frozenset({"cpu", "cuda"})
     if args.compare:
         compare(*args.compare)
     elif args.out:

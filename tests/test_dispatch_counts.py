@@ -16,6 +16,7 @@ from fedpart.bench.cli import main
 from fedpart.bench.dispatch import DispatchCounter
 from fedpart.bench.measure import measure_interleaved
 from fedpart.config import load_config
+from fedpart.engine import mixing
 from fedpart.engine.simulation import Simulation
 from markdown_tables import tables as read_tables
 
@@ -197,18 +198,28 @@ def test_batched_growth_per_client_is_the_in_order_average(batched):
     assert fifty["aten._foreach_add_.List"] - ten["aten._foreach_add_.List"] == 40
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 41's target, not met: batched FedAvg on the quick start (100 equal clients, "
-    "torch 2.13 CPU) dispatches 595 operators per round with 10 clients per round and 675 with "
-    "50: 2 per client, the in-order average (one product and one sum per client over all its "
-    "tensors), which keeps every recorded number; index_add_ adds in client order on the CPU "
-    "but its CUDA order is unchecked (benchmarks/fold_check.py, docs/results/performance.md); "
-    "the host draws (one permutation per client) are counted apart",
-)
-def test_batched_ops_per_round_do_not_grow_with_the_clients(batched):
-    assert _ops(batched[10]) == _ops(batched[50])
+@pytest.fixture(scope="module")
+def folded() -> dict[int, dict[str, DispatchCounter]]:
+    """The same rounds with the average folded as on a GPU under ``engine.deterministic``
+    (:data:`fedpart.engine.mixing.FOLD_DEVICES`; the CPU's ``index_add_`` adds in the same
+    order, so the numbers are the loop's)."""
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mixing, "FOLD_DEVICES", frozenset({"cpu", "cuda"}))
+        try:
+            return {n: _counted("batched", n) for n in (10, 50)}
+        finally:
+            torch.set_num_threads(threads)
+
+
+def test_batched_ops_per_round_do_not_grow_with_the_clients(folded):
+    """With the average folded (CUDA's path under the engine's deterministic switches), a
+    batched FedAvg round dispatches as many operators with 50 clients as with 10: the batches
+    from one index tensor, the states as rows of the stacked tensors, the evaluation in one pass
+    and the average in one ``index_add_``; the syncs stay 2."""
+    assert _ops(folded[10]) == _ops(folded[50])
+    assert _syncs(folded[10]) == _syncs(folded[50]) == 2
+    assert folded[50]["train"].ops["aten.index_add_.default"] == 1
 
 
 def test_batched_host_draws_are_one_permutation_per_client_and_epoch(batched):

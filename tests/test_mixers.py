@@ -54,11 +54,12 @@ def _loop(tensors, weights, dtype):
     return acc
 
 
-def test_the_average_of_states_is_each_tensors_in_order_loop_bit_for_bit():
+def test_the_average_of_states_is_each_tensors_in_order_loop_bit_for_bit(monkeypatch):
     """Every key of a rank-one mix is ``acc = acc + w_j·x_j`` state after state (values spread
     over twelve orders of magnitude, so that another summation order would show; integers in
     float64, rounded), the float tensors of a state taken as one list: two operators per state
-    whatever the number of tensors."""
+    whatever the number of tensors; folded (one ``index_add_``, as on CUDA under the engine's
+    deterministic switches), the same bits in a number of operators independent of the states."""
     from fedpart.bench.dispatch import DispatchCounter
     from fedpart.engine import mixing
 
@@ -76,20 +77,41 @@ def test_the_average_of_states_is_each_tensors_in_order_loop_bit_for_bit():
             for s in scales
         ]
 
-    for n in (1, 2, 7, 60):
-        held = states(n)
-        weights = torch.rand(n, generator=gen, dtype=torch.float64)
-        weights = weights / weights.sum()
-        got = mixing.mix_states(held, weights[None], ["a", "b", "n", "h"])[0]
-        for k in ("a", "b", "h"):
-            assert got[k].dtype == held[0][k].dtype
-            assert torch.equal(got[k], _loop([s[k] for s in held], weights, held[0][k].dtype))
-        ints = _loop([s["n"] for s in held], weights, torch.float64).round().long()
-        assert got["n"].dtype == torch.long and torch.equal(got["n"], ints)
-    counts = []
-    for n in (5, 40):
-        held = [{k: v for k, v in s.items() if k in "ab"} for s in states(n)]
-        with DispatchCounter("cpu") as c:
-            mixing.mix_states(held, torch.full((1, n), 1.0 / n, dtype=torch.float64), ["a", "b"])
-        counts.append(c.total_ops)
-    assert counts[1] - counts[0] == 2 * 35
+    def check(per_state: int) -> None:
+        for n in (1, 2, 7, 60):
+            held = states(n)
+            weights = torch.rand(n, generator=gen, dtype=torch.float64)
+            weights = weights / weights.sum()
+            got = mixing.mix_states(held, weights[None], ["a", "b", "n", "h"])[0]
+            for k in ("a", "b", "h"):
+                assert got[k].dtype == held[0][k].dtype and got[k].shape == held[0][k].shape
+                want = _loop([s[k] for s in held], weights, held[0][k].dtype)
+                assert torch.equal(got[k], want)
+            ints = _loop([s["n"] for s in held], weights, torch.float64).round().long()
+            assert got["n"].dtype == torch.long and torch.equal(got["n"], ints)
+        counts = []
+        for n in (5, 40):
+            held = [{k: v for k, v in s.items() if k in "ab"} for s in states(n)]
+            weights = torch.full((1, n), 1.0 / n, dtype=torch.float64)
+            with DispatchCounter("cpu") as c:
+                mixing.mix_states(held, weights, ["a", "b"])
+            counts.append(c.total_ops)
+        assert counts[1] - counts[0] == per_state * 35
+
+    check(per_state=2)
+    # folded as on CUDA under deterministic algorithms: one index_add_, the same bits
+    monkeypatch.setattr(mixing, "FOLD_DEVICES", frozenset({"cpu", "cuda"}))
+    check(per_state=0)
+
+
+def test_the_fold_is_cudas_only_under_deterministic_algorithms():
+    from fedpart.engine import mixing
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert mixing.folds(torch.device("cuda")) and not mixing.folds(torch.device("cpu"))
+        torch.use_deterministic_algorithms(False)
+        assert not mixing.folds(torch.device("cuda"))
+    finally:
+        torch.use_deterministic_algorithms(deterministic)

@@ -94,12 +94,50 @@ def average_states_in_order(
         else:
             out[k] = average_in_order([s[k] for s in states], weights)
     for (dtype, device), group in groups.items():
+        if len(states) > 1 and folds(device):
+            out.update(zip(group, _fold(states, weights.to(device, dtype), group), strict=True))
+            continue
         w = weights.to(device=device, dtype=dtype).unbind(0)
         acc = torch._foreach_mul([states[0][k] for k in group], w[0])
         for j in range(1, len(states)):
             torch._foreach_add_(acc, torch._foreach_mul([states[j][k] for k in group], w[j]))
         out.update(zip(group, acc, strict=True))
     return {k: out[k] for k in keys}
+
+
+#: device types on which :func:`average_states_in_order` folds the states in one ``index_add_``.
+#: CUDA's kernel adds the rows of its source in the index's order under
+#: ``torch.use_deterministic_algorithms`` (the engine's ``engine.deterministic``): the loop's bits
+#: in 9 of 9 tries on an H200, and with atomics, in no fixed order, without it
+#: (``benchmarks/fold_check.py --device cuda``; docs/results/gpu.md, "Fourth lease"). The CPU's
+#: kernel adds row after row too, but there the loop is faster (the fold's copy of every upload,
+#: ``benchmarks/fold_check.py --time``), so it folds only where a test asks it to.
+FOLD_DEVICES: frozenset[str] = frozenset({"cuda"})
+
+
+def folds(device: torch.device) -> bool:
+    """Whether the average on ``device`` is one fold (:data:`FOLD_DEVICES`; on CUDA only under
+    deterministic algorithms)."""
+    if device.type not in FOLD_DEVICES:
+        return False
+    return device.type == "cpu" or torch.are_deterministic_algorithms_enabled()
+
+
+def _fold(
+    states: Sequence[Mapping[str, torch.Tensor]], w: torch.Tensor, group: Sequence[str]
+) -> list[torch.Tensor]:
+    """The in-order average of the ``group``'s tensors (one dtype and device) in a number of
+    operators that does not depend on the number of states: every state's tensors as one row
+    of a matrix, the rows multiplied by their weights at once, then rows 1.. added onto row 0
+    by one ``index_add_`` in their order — ``acc = acc + w_j · x_j``, the loop's roundings."""
+    n = len(states)
+    flat = torch.cat([torch.stack([s[k] for s in states]).reshape(n, -1) for k in group], 1)
+    flat.mul_(w.view(n, 1))
+    acc = flat[:1].clone()
+    acc.index_add_(0, torch.zeros(n - 1, dtype=torch.long, device=flat.device), flat[1:])
+    sizes = [states[0][k].numel() for k in group]
+    parts = acc[0].split(sizes)
+    return [p.view(states[0][k].shape).clone() for p, k in zip(parts, group, strict=True)]
 
 
 def _mix_block(tensors: Sequence[torch.Tensor], w: torch.Tensor) -> torch.Tensor:
