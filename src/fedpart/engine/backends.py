@@ -205,6 +205,9 @@ class Batched(Backend):
             if len(members) < 2 or can_batch(model, [recipe]) is not None:
                 continue
             jobs = [algo.job(rnd, c) for c in members]
+            scales = [factors[c] for c in members]
+            if all(f == 1.0 for s in scales for f in s):
+                scales = None  # no per-client factor: no multiplication of every gradient
             trained = train_clients_batched(
                 model,
                 [job.start for job in jobs],
@@ -215,7 +218,7 @@ class Batched(Backend):
                 settings,
                 frozen,
                 chunk=sim.cfg.engine.batch_clients or None,
-                lr_scales=[factors[c] for c in members],
+                lr_scales=scales,
                 slot_values=[slots[c] for c in members],
             )
             for job, result in zip(jobs, trained, strict=True):

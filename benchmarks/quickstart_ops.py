@@ -1,0 +1,99 @@
+"""Operators the quick start dispatches, method by method: its config's sequential backend
+against the backend ``engine.backend=auto`` picks on a GPU.
+
+``fedpart compare configs/quickstart.yaml engine.device=cuda`` trains a quarter-width CNN whose
+steps are a few microseconds of arithmetic, so on a GPU a run costs what its launches cost. This
+counts, on the CPU, the ATen operators (each a kernel launch on a GPU) and host synchronisations
+of every method's first ``--rounds`` rounds and evaluations (:class:`fedpart.bench.dispatch.
+DispatchCounter`), on the sequential backend the quick start's config pins and on the batched
+backend where the method and model have one (what ``auto`` picks on CUDA), so the ratio of
+launches a GPU would make with either is known without a GPU. The runs are made with
+``engine.device=cuda`` on the test suite's fake CUDA device (``tests/fake_cuda.py``: the CPU's
+kernels, CUDA's placement), so every choice the engine makes by device — the evaluation batch,
+the evaluation in one pass, the folded average — is the GPU's.
+
+    python benchmarks/quickstart_ops.py                     # every method, 3 rounds
+    python benchmarks/quickstart_ops.py --methods fedavg,fedper --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+import fedpart
+from fedpart.bench.dispatch import DispatchCounter
+from fedpart.config import load_config
+from fedpart.errors import FedpartError
+from fedpart.registry import methods
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_cuda import FakeCuda, torch_switches_kept  # noqa: E402
+
+
+def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
+    """The counter of a whole run of ``method`` (``None``: the backend is not possible)."""
+    overrides = [
+        f"algorithm.name={method}",
+        f"engine.backend={backend}",
+        f"federation.rounds={rounds}",
+        "output.checkpoint_every=0",
+        "engine.device=cuda",
+    ]
+    with torch_switches_kept(), FakeCuda(), DispatchCounter("cuda") as counter:
+        try:
+            fedpart.run(QUICKSTART, overrides, write=False)
+        except FedpartError as exc:
+            if "engine.backend" in str(exc):
+                return None
+            raise
+    return counter
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--methods", default="", help="comma-separated (default: compare's)")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    base = load_config(QUICKSTART)
+    registry = methods()
+    names = (
+        args.methods.split(",")
+        if args.methods
+        else [n for n, cls in registry.items() if cls.supports(base)]
+    )
+    print(f"quick start, {args.rounds} rounds, torch {torch.__version__}\n")
+    print(
+        "| method | auto on CUDA | ops sequential | ops batched | sequential / batched | syncs sequential | syncs batched |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    totals = {"sequential": 0, "auto": 0}
+    for name in names:
+        seq = counted(name, "sequential", args.rounds)
+        assert seq is not None
+        bat = (
+            counted(name, "batched", args.rounds) if "batched" in registry[name].backends else None
+        )
+        auto = bat or seq
+        totals["sequential"] += seq.total_ops
+        totals["auto"] += auto.total_ops
+        cells = [f"{seq.total_ops:,}", "—", "—", f"{seq.total_syncs:,}", "—"]
+        if bat is not None:
+            cells[1:3] = [f"{bat.total_ops:,}", f"{seq.total_ops / bat.total_ops:.2f}×"]
+            cells[4] = f"{bat.total_syncs:,}"
+        print(f"| {name} | {'batched' if bat else 'sequential'} | " + " | ".join(cells) + " |")
+    ratio = totals["sequential"] / totals["auto"]
+    print(
+        f"\nall {len(names)} methods: {totals['sequential']:,} operators sequential, "
+        f"{totals['auto']:,} with auto's backend on CUDA ({ratio:.2f}× fewer)"
+    )
+
+
+if __name__ == "__main__":
+    main()
