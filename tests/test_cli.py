@@ -51,6 +51,34 @@ def test_partition_command_prints_and_plots(tmp_path, capsys):
     assert "train" in out and png.stat().st_size > 1000
 
 
+def test_compare_runs_one_job_per_core_unless_told(monkeypatch, tmp_path):
+    """``--jobs`` left out: one run per usable core, divided by ``engine.threads``; given: as
+    given; negative: a one-line error."""
+    import fedpart.sweep
+    from fedpart.cli import compare
+    from fedpart.engine import parallel
+
+    monkeypatch.setattr(parallel, "default_workers", lambda: 16)
+    assert compare.default_jobs(0) == compare.default_jobs(1) == 16
+    assert compare.default_jobs(4) == 4 and compare.default_jobs(32) == 1
+    seen = []
+
+    def fake_execute(runs, config, workers, **_):
+        seen.append(workers)
+        return {job.run_dir: {"state": "failed", "error": "not run"} for job in runs}
+
+    monkeypatch.setattr(fedpart.sweep, "execute", fake_execute)
+
+    def compare_(*words: str) -> int:
+        return main(["compare", "configs/quickstart.yaml", *words, "--quiet"])
+
+    compare_("engine.threads=2", f"output.dir={tmp_path}/a/{{algorithm}}")
+    compare_(f"output.dir={tmp_path}/b/{{algorithm}}", "--jobs", "3")
+    assert seen == [8, 3]
+    assert compare_(f"output.dir={tmp_path}/c/{{algorithm}}", "--jobs", "-1") == 2
+    assert seen == [8, 3]
+
+
 def test_compare_and_report(tmp_path, capsys):
     code = main(
         [

@@ -38,6 +38,16 @@ def _uses_field(template: str, field: str) -> bool:
         return False
 
 
+def default_jobs(threads: int) -> int:
+    """Runs at a time when ``--jobs`` is not given: the CPU cores this process may use, divided
+    by each run's ``engine.threads`` (a run of ``threads`` 0 uses one: the runs set one torch
+    thread unless the config asks for more). On a GPU host the runs are launch-bound host work
+    too, so it is the host's cores that bound them."""
+    from fedpart.engine.parallel import default_workers
+
+    return max(1, default_workers() // max(1, threads))
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from fedpart.api import output_path
     from fedpart.config import load_config
@@ -73,8 +83,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         jobs.append((name, cfg, out))
     from fedpart.sweep import Job, Progress, execute
 
-    if args.jobs < 1:
-        raise FedpartError(f"compare: --jobs must be >= 1, got {args.jobs}")
+    if args.jobs < 0:
+        raise FedpartError(f"compare: --jobs must be >= 0, got {args.jobs}")
+    workers = args.jobs or default_jobs(base.engine.threads)
     runs = [
         Job(
             name,
@@ -92,7 +103,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         outcomes = execute(
             runs,
             args.config,
-            workers=args.jobs,
+            workers=workers,
             on_done=progress.run_ended,
             runner=_compare_job,
             skip_finished=False,
@@ -124,7 +135,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("overrides", nargs="*")
     p.add_argument("--algorithms", help="comma-separated names (default: every applicable method)")
     p.add_argument(
-        "--jobs", type=int, default=2, help="runs in parallel, one process each (default 2)"
+        "--jobs",
+        type=int,
+        default=0,
+        help="runs in parallel, one process each (default 0: one per usable CPU core, divided "
+        "by engine.threads when set)",
     )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_compare, stamp=time.strftime("%Y%m%d-%H%M%S"))
