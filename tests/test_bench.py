@@ -338,7 +338,8 @@ def _variant(
 
 def test_gpu_table_and_targets_from_measurements():
     """The GPU table (GPU memory, ratios against sequential and the ceiling) and the targets:
-    FedPer batched >= 5x sequential, a 100-client DFedPGP round < 1 s."""
+    a FedPer round <= 60 ms, its batched training >= 0.7x the ceiling, a 100-client DFedPGP round
+    <= 0.25 s."""
     gpu_mem = {"gpu_peak_delta_bytes": 30 * MB, "gpu_round_bytes": 12 * MB}
     fedper = WorkloadResult(WORKLOADS["fedper"], "FedPer", clients=100)
     fedper.variants = [
@@ -367,11 +368,15 @@ def test_gpu_table_and_targets_from_measurements():
         "per round); batched / ceiling: training throughput 0.50x"
     ]
     targets = gpu_targets([fedper, dfedpgp], "cuda")
-    assert [met for _, _, met in targets] == ["yes", "no"]
-    assert targets[0][1] == "6.00x (1,000 -> 6,000 samples/s)"
-    assert targets[1][1].startswith("1.250 s")
-    assert [met for _, _, met in gpu_targets([fedper, dfedpgp], "cpu")] == ["not a GPU"] * 2
-    assert [m for _, _, m in gpu_targets([], "cuda")] == ["not measured"] * 2
+    assert [met for _, _, met in targets] == ["no", "no", "no"]
+    assert targets[0][1] == "500 ms (training 167 ms)"
+    assert targets[1][1] == "0.50x (6,000 vs 12,000 samples/s)"
+    assert targets[2][1].startswith("1.250 s")
+    fedper.variants[1] = _variant("batched", 9000, 0.04, 0.05, gpu_peak_bytes=90 * MB, **gpu_mem)
+    dfedpgp.variants[1] = _variant("batched", 3000, 0.25, 0.3)
+    assert [met for _, _, met in gpu_targets([fedper, dfedpgp], "cuda")] == ["yes"] * 3
+    assert [met for _, _, met in gpu_targets([fedper, dfedpgp], "cpu")] == ["not a GPU"] * 3
+    assert [m for _, _, m in gpu_targets([], "cuda")] == ["not measured"] * 3
 
 
 def test_gpu_timers_synchronize_and_memory_is_reset_per_measurement(monkeypatch):
@@ -452,8 +457,9 @@ def test_bench_runs_the_gpu_path_on_the_fake_cuda_device(monkeypatch, tmp_path):
     assert rows["sequential"]["accuracy %"] == rows["batched"]["accuracy %"]
     assert len({r["client-samples/round"] for r in rows.values()}) == 1
     assert [r["target"] for r in tables["targets"]] == [
-        "FedPer: batched training throughput >= 5x sequential",
-        "DFedPGP, 100 clients: one round (training + mixing) < 1 s, batched",
+        "FedPer: one round (training + evaluation of every client) <= 60 ms, batched",
+        "FedPer: batched training throughput >= 0.7x the central ceiling",
+        "DFedPGP, 100 clients: one round (training + mixing) <= 0.25 s, batched",
     ]
     assert "the data pool was moved onto cuda once" in report
     assert "- batched / sequential: training throughput" in report
