@@ -102,6 +102,13 @@ def test_the_average_of_states_is_each_tensors_in_order_loop_bit_for_bit(monkeyp
     # folded as on CUDA under deterministic algorithms: one index_add_, the same bits
     monkeypatch.setattr(mixing, "FOLD_DEVICES", frozenset({"cpu", "cuda"}))
     check(per_state=0)
+    # more states than one fold holds: chunk after chunk into the same sum, the same bits
+    monkeypatch.setattr(mixing, "FOLD_BYTES", 1_000)
+    held = states(60)
+    weights = torch.rand(60, generator=gen, dtype=torch.float64)
+    got = mixing.mix_states(held, weights[None], ["a", "b", "n", "h"])[0]
+    for k in ("a", "b", "h"):
+        assert torch.equal(got[k], _loop([s[k] for s in held], weights, held[0][k].dtype))
 
 
 def test_the_fold_is_cudas_only_under_deterministic_algorithms():

@@ -123,21 +123,36 @@ def folds(device: torch.device) -> bool:
     return device.type == "cpu" or torch.are_deterministic_algorithms_enabled()
 
 
+#: bytes of uploads :func:`_fold` stacks at a time (more states are folded chunk after chunk into
+#: the same accumulator: the same order, a few more operators, bounded memory)
+FOLD_BYTES = 256 * 2**20
+
+
 def _fold(
     states: Sequence[Mapping[str, torch.Tensor]], w: torch.Tensor, group: Sequence[str]
 ) -> list[torch.Tensor]:
     """The in-order average of the ``group``'s tensors (one dtype and device) in a number of
-    operators that does not depend on the number of states: every state's tensors as one row
-    of a matrix, the rows multiplied by their weights at once, then rows 1.. added onto row 0
-    by one ``index_add_`` in their order — ``acc = acc + w_j · x_j``, the loop's roundings."""
-    n = len(states)
-    flat = torch.cat([torch.stack([s[k] for s in states]).reshape(n, -1) for k in group], 1)
-    flat.mul_(w.view(n, 1))
-    acc = flat[:1].clone()
-    acc.index_add_(0, torch.zeros(n - 1, dtype=torch.long, device=flat.device), flat[1:])
-    sizes = [states[0][k].numel() for k in group]
-    parts = acc[0].split(sizes)
-    return [p.view(states[0][k].shape).clone() for p, k in zip(parts, group, strict=True)]
+    operators that does not depend on the number of states (up to :data:`FOLD_BYTES` of them at
+    a time): every state's tensors as one row of a matrix, the rows multiplied by their weights
+    at once, then added onto the first row by one ``index_add_`` in their order —
+    ``acc = acc + w_j · x_j``, the loop's roundings."""
+    first = states[0]
+    row_bytes = sum(first[k].numel() * first[k].element_size() for k in group)
+    chunk = max(1, FOLD_BYTES // max(1, row_bytes))
+    acc: torch.Tensor | None = None
+    for lo in range(0, len(states), chunk):
+        part = states[lo : lo + chunk]
+        n = len(part)
+        flat = torch.cat([torch.stack([s[k] for s in part]).reshape(n, -1) for k in group], 1)
+        flat.mul_(w[lo : lo + n].view(n, 1))
+        if acc is None:
+            acc, flat = flat[:1].clone(), flat[1:]
+        if len(flat):
+            index = torch.zeros(len(flat), dtype=torch.long, device=flat.device)
+            acc.index_add_(0, index, flat)
+    assert acc is not None
+    parts = acc[0].split([first[k].numel() for k in group])
+    return [p.view(first[k].shape).clone() for p, k in zip(parts, group, strict=True)]
 
 
 def _mix_block(tensors: Sequence[torch.Tensor], w: torch.Tensor) -> torch.Tensor:
