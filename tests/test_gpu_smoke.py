@@ -49,6 +49,7 @@ def test_quick_self_check_on_the_cpu(tmp_path):
     for line in (
         "[smoke] accuracy fedavg: ok",
         "[smoke] batched fedper: ok",
+        "[smoke] captured fedper: ok",
         "[smoke] resume fedper, batched: ok",
         "all checks passed",
     ):
@@ -67,6 +68,11 @@ def test_quick_self_check_on_the_cpu(tmp_path):
         ("fedavg", "batched", "ok"),
         ("fedper", "batched", "ok"),
     ]
+    captured = tables["Captured vs sequential on the device"]
+    assert [(r["method"], r["backend"], r["result"]) for r in captured] == [
+        ("fedavg", "batched, captured", "ok"),
+        ("fedper", "batched, captured", "ok"),
+    ]
     resume = tables["Resume, bit for bit"]
     assert [(r["method"], r["backend"]) for r in resume] == [
         ("fedavg", "sequential"),
@@ -79,7 +85,7 @@ def test_quick_self_check_on_the_cpu(tmp_path):
         assert row["metrics"] == "2 rows: equal" and row["summary"] == "equal"
         assert row["checkpoint"].endswith("bit-identical")
     targets = {r["target"]: r for r in tables["Targets"]}
-    assert len(targets) == 3
+    assert len(targets) == 4  # the bench's three, not measured here, and the accuracy
     assert any(r["met?"].startswith("trivially") for r in targets.values())
     assert "## Kill and resume\n\nskipped" in report
     assert "## Timings: `fedpart bench`\n\nskipped" in report
