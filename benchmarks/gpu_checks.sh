@@ -20,7 +20,8 @@
 #   dispfl     benchmarks/dispfl_rounding.py: Dis-PFL's quick start on the GPU (seeds 0-2, +1 ulp)
 #   smoke      the pytest device checks (benchmarks/gpu_smoke.py) and kill-and-resume
 #   gap        benchmarks/gpu_batched_gap.py
-#   profile    benchmarks/gpu_round_profile.py (DFedPGP)
+#   profile    benchmarks/gpu_round_profile.py (DFedPGP; PROFILE_ARGS adds arguments, e.g.
+#              "--workloads fedper,dfedpgp --captured")
 #   repro      the paper-budget reproductions, in the order REPRO lists them (entries separated by
 #              ';', each "SCRIPT ARGS": benchmarks/SCRIPT/reproduce.py ARGS; default Pa3dFL as
 #              it is now, with the study's step limit, and HeteroFL without its Scaler at the
@@ -97,7 +98,7 @@ step smoke "${SMOKE_S:-270}" smoke.log $py benchmarks/gpu_smoke.py --device "$de
     --kill-rounds 8 --skip timing ${SMOKE_METHODS:+--methods "$SMOKE_METHODS"} --out "$out/gpu-smoke.md"
 step gap "${GAP_S:-40}" gap.txt $py benchmarks/gpu_batched_gap.py --device "$dev"
 step profile "${PROFILE_S:-90}" profile.txt $py benchmarks/gpu_round_profile.py --device "$dev" \
-    --data-root "$data" --workloads dfedpgp
+    --data-root "$data" --workloads dfedpgp ${PROFILE_ARGS:-}
 repro_runs=${REPRO_RUNS:-$out/repro-runs}
 paper_runs=pa3dfl-e5g-hetero-seed0,heterofl-noscaler-e5-hetero-seed0
 IFS=';' read -ra queue <<< "${REPRO:-pa3dfl --scale paper --only e5,budget --runs $paper_runs}"

@@ -6,9 +6,12 @@ Per workload it prints the round's wall time without the profiler, with
 device time (the time the GPU was busy) and the operators with the most host time. A round whose
 device time is a small part of its wall time is bound by the host's dispatch of kernels, not by
 the GPU's arithmetic. On a machine without a GPU, ``--device cpu`` profiles the CPU the same way
-(``--dataset digits`` needs no download).
+(``--dataset digits`` needs no download). ``--captured`` profiles the round with the training
+captured (``engine.cuda_graphs=true``): a round after the warm-up rounds replays its graphs, so
+the table is what a replayed round costs the GPU.
 
     python benchmarks/gpu_round_profile.py --device cuda --data-root ../shared/data
+    python benchmarks/gpu_round_profile.py --device cuda --workloads fedper --captured
 """
 
 from __future__ import annotations
@@ -27,18 +30,18 @@ from fedpart.engine.simulation import Simulation
 from fedpart.errors import FedpartError
 
 
-def profile_workload(name: str, opts: BenchOptions, rows: int) -> list[str]:
+def profile_workload(name: str, opts: BenchOptions, rows: int, captured: bool = False) -> list[str]:
     cuda = opts.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     lines = []
     plain = {}
     for det in (False, True):  # the deterministic simulation is the one profiled
-        sim = Simulation(
-            workload_config(
-                WORKLOADS[name], BenchOptions(**{**vars(opts), "deterministic": det}), "batched"
-            ),
-            quiet=True,
+        cfg = workload_config(
+            WORKLOADS[name], BenchOptions(**{**vars(opts), "deterministic": det}), "batched"
         )
+        if captured:
+            cfg = cfg.with_overrides(["engine.cuda_graphs=true"])
+        sim = Simulation(cfg, quiet=True)
         sim.run_round(0)  # warm-up
         sync()
         t0 = time.perf_counter()
@@ -55,7 +58,8 @@ def profile_workload(name: str, opts: BenchOptions, rows: int) -> list[str]:
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     busy = sum(e.self_device_time_total for e in kernels) / 1e6
     lines.append(
-        f"== {name}, batched backend on {opts.device}: round {plain[True]:.3f} s "
+        f"== {name}, batched backend{' (captured)' if captured else ''} on {opts.device}: "
+        f"round {plain[True]:.3f} s "
         f"(engine.deterministic=false: {plain[False]:.3f} s); under the profiler {wall:.3f} s"
         + (f", {sum(e.count for e in kernels):,} kernels, GPU busy {busy:.3f} s" if cuda else "")
     )
@@ -76,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data-root", default=None, help="dataset folder (default ../shared/data)")
     p.add_argument("--dataset", default="mnist", choices=["mnist", "fmnist", "digits"])
     p.add_argument("--rows", type=int, default=18, help="operators listed per table")
+    p.add_argument(
+        "--captured", action="store_true", help="the training captured (engine.cuda_graphs=true)"
+    )
     args = p.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]
     try:
@@ -94,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=2,
     )
     for name in names:
-        print("\n".join(profile_workload(name, opts, args.rows)), flush=True)
+        print("\n".join(profile_workload(name, opts, args.rows, args.captured)), flush=True)
     return 0
 
 
