@@ -80,6 +80,34 @@ def test_a_round_after_the_first_captures_nothing(data):
     assert any(a.loss != b.loss for a, b in zip(first, second, strict=True))
 
 
+def test_per_client_learning_rate_factors_only_where_given(data):
+    """A captured program multiplies the gradients by per-client factors only for a group
+    trained with them (push-sum's 1/μ_i): each client then equals the sequential reference at
+    ``lr·f``; without factors the program has no such step."""
+    from fedpart.engine.batched import train_clients_batched
+    from fedpart.engine.training import train_client
+    from test_batched import _starts
+
+    model = _model("mlp")
+    settings = _settings(cuda_graphs=True, momentum=0.0, weight_decay=0.0)
+    clients = list(range(data.num_clients))
+    _check(model, data, Recipe(), clients, settings)
+    plain = [p for k, p in captured._PROGRAMS.items() if k[0] == id(model)]
+    assert len(plain) == 1 and not plain[0].scaled
+    factors = [0.5 + 0.25 * i for i in range(len(clients))]
+    starts = _starts(model, len(clients))
+    got = train_clients_batched(
+        model, starts, Recipe(), data, clients, 2, settings, lr_scales=[[f] for f in factors]
+    )
+    scaled = [p for k, p in captured._PROGRAMS.items() if k[0] == id(model) and p.scaled]
+    assert len(scaled) == 1
+    for start, client, f, result in zip(starts, clients, factors, got, strict=True):
+        alone = dataclasses.replace(settings, lr=settings.lr * f)
+        want = train_client(model, start, Recipe(), data, client, 2, alone)
+        for k in want.state:
+            torch.testing.assert_close(result.state[k], want.state[k], atol=1e-5, rtol=1e-5)
+
+
 def test_each_step_key_is_captured_once():
     graphs = StepGraphs(torch.device("cpu"))
     calls = []

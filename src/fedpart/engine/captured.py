@@ -184,7 +184,7 @@ def program_for(
         cache.move_to_end(key)
         return cache[key]
     program = Program(
-        model, recipe, key_order, starts[0], size, settings.batch_size, slots, slot_dims, device
+        model, recipe, key_order, starts[0], size, settings.batch_size, slots, slot_dims, scaled
     )
     cache[key] = program
     while len(cache) > KEEP:

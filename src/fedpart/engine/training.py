@@ -286,13 +286,31 @@ def sgd_step(
 
 
 def _own(tensors: list[torch.Tensor]) -> bool:
-    """Whether each tensor is contiguous and has its own storage (safe to scale in place)."""
+    """Whether each tensor is the only view of its own storage, laid out densely without
+    overlap (contiguous, or permuted like the transposed gradient of every ``Linear`` weight):
+    then scaling it in place changes nothing else and computes the same elementwise products."""
     seen = set()
     for t in tensors:
-        if not t.is_contiguous() or t._base is not None:
+        storage = t.untyped_storage()
+        if t.storage_offset() != 0 or storage.nbytes() != t.numel() * t.element_size():
             return False
-        seen.add(t.untyped_storage().data_ptr())
+        if not _dense(t):
+            return False
+        seen.add(storage.data_ptr())
     return len(seen) == len(tensors)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill ``numel`` consecutive places, each once (in any order of
+    its dimensions): its strides, smallest first, are the running products of its sizes."""
+    expected = 1
+    for stride, size in sorted(
+        (st, n) for n, st in zip(t.shape, t.stride(), strict=True) if n != 1
+    ):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def clip_gradient(
