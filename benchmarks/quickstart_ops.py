@@ -10,7 +10,9 @@ backend where the method and model have one (what ``auto`` picks on CUDA), so th
 launches a GPU would make with either is known without a GPU. The runs are made with
 ``engine.device=cuda`` on the test suite's fake CUDA device (``tests/fake_cuda.py``: the CPU's
 kernels, CUDA's placement), so every choice the engine makes by device — the evaluation batch,
-the evaluation in one pass, the folded average — is the GPU's.
+the evaluation in one pass, the folded average — is the GPU's. That device also counts the
+blocking copies of host data onto it (``FakeCuda.host_writes``; the dispatch counter does not
+see them), each of which makes a GPU's host wait for every kernel queued before it.
 
     python benchmarks/quickstart_ops.py                     # every method, 3 rounds
     python benchmarks/quickstart_ops.py --methods fedavg,fedper --rounds 2
@@ -37,7 +39,8 @@ from fake_cuda import FakeCuda, torch_switches_kept  # noqa: E402
 
 
 def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
-    """The counter of a whole run of ``method`` (``None``: the backend is not possible)."""
+    """The counter of a whole run of ``method`` (``None``: the backend is not possible), with
+    the run's blocking host-to-device copies as ``host_writes``."""
     overrides = [
         f"algorithm.name={method}",
         f"engine.backend={backend}",
@@ -45,13 +48,14 @@ def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
         "output.checkpoint_every=0",
         "engine.device=cuda",
     ]
-    with torch_switches_kept(), FakeCuda(), DispatchCounter("cuda") as counter:
+    with torch_switches_kept(), FakeCuda() as gpu, DispatchCounter("cuda") as counter:
         try:
             fedpart.run(QUICKSTART, overrides, write=False)
         except FedpartError as exc:
             if "engine.backend" in str(exc):
                 return None
             raise
+    counter.host_writes = gpu.host_writes  # type: ignore[attr-defined]
     return counter
 
 
@@ -70,9 +74,10 @@ def main() -> None:
     )
     print(f"quick start, {args.rounds} rounds, torch {torch.__version__}\n")
     print(
-        "| method | auto on CUDA | ops sequential | ops batched | sequential / batched | syncs sequential | syncs batched |"
+        "| method | auto on CUDA | ops sequential | ops batched | sequential / batched "
+        "| syncs sequential | syncs batched | host→device sequential | host→device batched |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     totals = {"sequential": 0, "auto": 0}
     for name in names:
         seq = counted(name, "sequential", args.rounds)
@@ -84,9 +89,11 @@ def main() -> None:
         totals["sequential"] += seq.total_ops
         totals["auto"] += auto.total_ops
         cells = [f"{seq.total_ops:,}", "—", "—", f"{seq.total_syncs:,}", "—"]
+        cells += [f"{seq.host_writes:,}", "—"]  # type: ignore[attr-defined]
         if bat is not None:
             cells[1:3] = [f"{bat.total_ops:,}", f"{seq.total_ops / bat.total_ops:.2f}×"]
             cells[4] = f"{bat.total_syncs:,}"
+            cells[6] = f"{bat.host_writes:,}"  # type: ignore[attr-defined]
         print(f"| {name} | {'batched' if bat else 'sequential'} | " + " | ".join(cells) + " |")
     ratio = totals["sequential"] / totals["auto"]
     print(

@@ -14,7 +14,12 @@
   GPU it is a blocking host-to-device copy at every call, which the engine must not make per
   step); ``.numpy()`` of a CUDA tensor raises as on a GPU;
 - ``gpu.host_reads`` counts the values read back to the host (``.item()``, ``float(t)``,
-  ``bool(t)``, ``.tolist()``, ``.cpu()``): a GPU synchronises on each.
+  ``bool(t)``, ``.tolist()``, ``.cpu()``): a GPU synchronises on each;
+- ``gpu.host_writes`` counts the blocking copies of host data onto the device (``.to("cuda")``
+  or ``.cuda()`` of a CPU tensor without ``non_blocking``, ``torch.tensor``/``torch.as_tensor``
+  of host data with ``device="cuda"``, ``copy_`` or slice assignment of a CPU tensor into a
+  CUDA one): PyTorch waits for the device's stream to finish after each (``memcpy_and_sync``),
+  so one per step keeps the host from running ahead of the GPU.
 
 Every torch call goes through a ``TorchFunctionMode`` that checks devices and tags its output
 tensors (weakly, by identity: a tensor's Python object lives as long as the tensor); a view is
@@ -83,6 +88,7 @@ class FakeCuda(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.host_reads = 0
+        self.host_writes = 0
         self._tagged = WeakIdKeyDictionary()
         self._saved: list[tuple[Any, str, Any]] = []
 
@@ -153,6 +159,9 @@ class FakeCuda(TorchFunctionMode):
             elif args[0] in self._tagged:
                 del self._tagged[args[0]]
             return None
+        if func is torch.Tensor.copy_ and self._host_to_device(args[1], args[0]):
+            if not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False)):
+                self.host_writes += 1
         if func in _UNCHECKED:
             return func(*args, **kwargs)
         if func is torch.Tensor.numpy and self.on_cuda(args[0]):
@@ -168,6 +177,8 @@ class FakeCuda(TorchFunctionMode):
             return self._move(func, args, kwargs)
         if func is torch.Tensor.__setitem__:  # the value may come from the other device
             self._check(func, [args[0], args[1]])
+            if len(args) > 2 and self._host_to_device(args[2], args[0]):
+                self.host_writes += 1
             return func(*args, **kwargs)
         checked = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         cuda_in = self._check(func, checked)
@@ -175,6 +186,10 @@ class FakeCuda(TorchFunctionMode):
         if device is not None:
             wanted = torch.device(device)
             kwargs = {**kwargs, "device": CPU if wanted.type == "cuda" else wanted}
+            if wanted.type == "cuda" and func in (torch.tensor, torch.as_tensor):
+                data = args[0] if args else kwargs.get("data")
+                if not (isinstance(data, torch.Tensor) and self.on_cuda(data)):
+                    self.host_writes += 1  # host data copied onto the device
             out = func(*args, **kwargs)
             return self._tag(out) if wanted.type == "cuda" else out
         out = func(*args, **kwargs)
@@ -196,6 +211,15 @@ class FakeCuda(TorchFunctionMode):
                 f"cuda:0 and cpu! (in {name})"
             )
         return "cuda:0" in devices
+
+    def _host_to_device(self, src: Any, dst: Any) -> bool:
+        """Whether copying ``src`` into ``dst`` moves host data onto the device."""
+        return (
+            isinstance(dst, torch.Tensor)
+            and self.on_cuda(dst)
+            and isinstance(src, torch.Tensor)
+            and not self.on_cuda(src)
+        )
 
     def _move(self, func: Any, args: tuple, kwargs: dict) -> Any:
         source = args[0]
@@ -230,6 +254,8 @@ class FakeCuda(TorchFunctionMode):
             copied = out.clone() if out is source else out
             return copied  # a fresh, untagged storage
         if to_cuda and not from_cuda:
+            if not rest.get("non_blocking", False):
+                self.host_writes += 1
             copied = out.clone() if out is source else out
             return self._tag(copied)
         return self._tag(out) if from_cuda else out

@@ -126,6 +126,49 @@ def test_host_reads_do_not_grow_with_local_steps(method, tmp_path, fake_gpu):
     assert reads[0] == reads[1], reads
 
 
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_batched_host_to_device_copies_do_not_grow_with_local_steps(
+    cuda_graphs, tmp_path, fake_gpu
+):
+    """A blocking copy of host data onto a GPU waits for every queued kernel: none per step on
+    the batched backend (eager or captured), so the host can queue step after step while the
+    device computes. Doubling the local epochs copies the same number of times; each sample
+    batch is normalised with the pool's mean and std made on the device once per run."""
+    writes = []
+    for epochs in (1, 2):
+        before = fake_gpu.host_writes
+        fedpart.run(
+            QUICKSTART,
+            [
+                *SMALL,
+                "algorithm.name=fedavg",
+                "engine.backend=batched",
+                f"engine.cuda_graphs={str(cuda_graphs).lower()}",
+                "engine.device=cuda",
+                f"federation.local_epochs={epochs}",
+                f"output.dir={tmp_path / str(epochs)}",
+            ],
+            write=False,
+        )
+        writes.append(fake_gpu.host_writes - before)
+    assert writes[0] == writes[1], writes
+
+
+def test_fake_device_counts_blocking_copies_onto_it(fake_gpu):
+    host = torch.ones(3)
+    before = fake_gpu.host_writes
+    on = host.to("cuda")  # 1
+    torch.tensor([1.0, 2.0], device="cuda")  # 2
+    torch.as_tensor((1.0,), device="cuda")  # 3
+    on.copy_(host)  # 4
+    on[:2] = host[:2]  # 5
+    host.to("cuda", non_blocking=True)  # not blocking
+    torch.zeros(3, device="cuda")  # made there
+    on.to("cuda")  # already there
+    torch.as_tensor(on, device="cuda")
+    assert fake_gpu.host_writes - before == 5
+
+
 @pytest.mark.parametrize("method", ["fedavg", "fedper", "fedrep", "fedbabu", "dfedpgp"])
 def test_batched_backend_on_cuda_with_the_cpu_numbers(method, tmp_path, fake_gpu, monkeypatch):
     """The backend ``auto`` picks on a GPU: the same numbers as the batched backend on the CPU.

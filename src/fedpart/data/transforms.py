@@ -25,8 +25,8 @@ CROP_PADDING = 4
 
 def prepare_batch(
     x: torch.Tensor,
-    mean: Sequence[float],
-    std: Sequence[float],
+    mean: Sequence[float] | torch.Tensor,
+    std: Sequence[float] | torch.Tensor,
     *,
     augment: str = "none",
     generator: torch.Generator | None = None,
@@ -53,16 +53,28 @@ def prepare_batch(
     return normalize(x, mean, std)
 
 
-def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """``(x - mean) / std`` along dimension 1 (channels or features); identity when empty."""
+def normalize(
+    x: torch.Tensor,
+    mean: Sequence[float] | torch.Tensor,
+    std: Sequence[float] | torch.Tensor,
+) -> torch.Tensor:
+    """``(x - mean) / std`` along dimension 1 (channels or features); identity when empty.
+    ``mean``/``std`` may be tensors on ``x``'s device (:meth:`fedpart.engine.data.
+    FederatedData.batch` passes them so, made once)."""
     if not len(mean) and not len(std):
         return x
     if len(mean) != len(std):
         raise ValueError(f"mean has {len(mean)} values but std has {len(std)}")
     shape = (1, -1) + (1,) * (x.dim() - 2)
-    m = torch.as_tensor(tuple(mean), dtype=x.dtype, device=x.device).view(shape)
-    s = torch.as_tensor(tuple(std), dtype=x.dtype, device=x.device).view(shape)
+    m = torch.as_tensor(_values(mean), dtype=x.dtype, device=x.device).view(shape)
+    s = torch.as_tensor(_values(std), dtype=x.dtype, device=x.device).view(shape)
     return (x - m) / s
+
+
+def _values(v: Sequence[float] | torch.Tensor) -> tuple[float, ...] | torch.Tensor:
+    # a tensor already of ``x``'s dtype and device is used as it is (no copy): on a GPU, a
+    # tensor made from host values is a blocking copy that waits for every queued kernel
+    return v if isinstance(v, torch.Tensor) else tuple(v)
 
 
 def _device_of(generator: torch.Generator | None) -> torch.device:

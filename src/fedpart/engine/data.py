@@ -80,14 +80,28 @@ class FederatedData:
         self, index: torch.Tensor, *, train: bool = False, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (normalised, augmented when ``train``) and labels of the samples ``index``."""
+        mean, std = self._normalisation()
         x = prepare_batch(
             self.x[index],
-            self.bundle.mean,
-            self.bundle.std,
+            mean,
+            std,
             augment=self.augment if train else "none",
             generator=generator,
         )
         return x, self.y[index]
+
+    def _normalisation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The bundle's mean and std as tensors of a batch's dtype on the pool's device, made
+        on first use (one host-to-device copy per run, not two per batch)."""
+        cached = self.__dict__.get("_norm")
+        if cached is None:
+            dtype = self.x.dtype if self.x.is_floating_point() else torch.float32
+            cached = tuple(
+                torch.as_tensor(tuple(v), dtype=dtype, device=self.x.device)
+                for v in (self.bundle.mean, self.bundle.std)
+            )
+            self.__dict__["_norm"] = cached
+        return cached
 
     def label_matrix(self, which: str = "train") -> np.ndarray:
         """[clients, classes] sample counts of one split."""
