@@ -85,6 +85,24 @@ def test_dfedpgp_push_sum_invariants_and_personal_heads(tiny_cfg):
     assert not torch.equal(heads[0], heads[1])
 
 
+def test_push_sum_learning_rate_factors_are_read_once_per_change_of_mu(tiny_cfg):
+    """``1/μ_i`` for every client from one read of the device (not one per client), equal bit
+    for bit to the per-client read, and read again when μ changes (mixing, or in place)."""
+    from fedpart.bench.dispatch import DispatchCounter
+
+    sim = Simulation(Config.from_dict(_cfg(tiny_cfg, "dfedpgp", topology={"neighbors": 2})))
+    algo = sim.algorithm
+    m = sim.data.num_clients
+    sim.run_round(0)  # μ mixed: no longer all ones, a new tensor
+    with DispatchCounter("cpu") as counter:
+        got = [algo.step_scale(c) for c in range(m)]
+    assert got == [float(1.0 / algo.mu[c]) for c in range(m)]
+    assert len(set(got)) > 1
+    assert counter.total_syncs == 1 and counter.syncs["host read"] == 1
+    algo.mu.mul_(2.0)
+    assert algo.step_scale(0) == float(1.0 / algo.mu[0])
+
+
 def test_dfedpgp_body_mass_is_conserved_by_mixing(tiny_cfg):
     cfg = Config.from_dict(_cfg(tiny_cfg, "dfedpgp", topology={"neighbors": 2}))
     sim = Simulation(cfg)

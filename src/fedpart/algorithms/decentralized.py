@@ -99,8 +99,13 @@ class PushSum(Decentralized):
         self.mu = torch.ones(self.ctx.data.num_clients, dtype=torch.float64, device=self.ctx.device)
 
     def step_scale(self, client: int) -> float:
-        """The factor ``1 / μ_i`` on the learning rate of steps taken on the biased ``u_i``."""
-        return float(1.0 / self.mu[client])
+        """The factor ``1 / μ_i`` on the learning rate of steps taken on the biased ``u_i``.
+        Every client's factor is read to the host at once, again only when ``μ`` changed (one
+        synchronisation a round on a GPU, not one per client; the same float64 divisions)."""
+        cached = getattr(self, "_scales", None)
+        if cached is None or cached[0] is not self.mu or cached[1] != self.mu._version:
+            cached = self._scales = (self.mu, self.mu._version, (1.0 / self.mu).tolist())
+        return cached[2][client]
 
     def communicate(self, rnd: int, graph: Graph) -> None:
         states = self.states()
