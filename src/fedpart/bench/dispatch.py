@@ -42,7 +42,11 @@ and the host synchronisations among them, the same way on the CPU as on a GPU.
 Limits, as measured: on the CPU a ``.cpu()`` or ``.to("cpu")`` dispatches nothing, so one whose
 result is never read into Python (only passed to further CPU operators) is a synchronisation on a
 GPU that a CPU run does not count; and a CPU run counts a ``.tolist()`` of a tensor that a GPU
-run would have kept on the host anyway (an upper bound there). ``sites`` (a path prefix, e.g. the
+run would have kept on the host anyway (an upper bound there). Copies onto the device are not
+synchronisations here, although a GPU waits for its stream after one made without
+``non_blocking`` (``t.to("cuda")`` of a host tensor, ``torch.tensor(data, device="cuda")``, whose
+copy no dispatch mode sees): the test suite's fake CUDA device counts those
+(``tests/fake_cuda.py``, ``host_writes``). ``sites`` (a path prefix, e.g. the
 package's folder) also counts every operator and synchronisation by the innermost source line
 under it that made it (``counter.sites``), to find where counts come from; it walks the Python
 stack at each call, so it is slow.

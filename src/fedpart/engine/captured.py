@@ -106,6 +106,8 @@ class Program:
             for s, d in zip(slots, slot_dims, strict=True)
         )
         self.inputs: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # rows -> x, y, w
+        #: (phase, rows, keys) -> the row views and buffers of :meth:`phase_state`
+        self.views: dict[tuple, tuple[State, State, list[Tensor], tuple[Tensor, ...]]] = {}
         self.graphs = StepGraphs(device)
         self.steps = {
             p: make_step(model, recipe, p, key_order, True, slot_dims)
@@ -137,14 +139,19 @@ class Program:
     ) -> tuple[State, State, list[Tensor], tuple[Tensor, ...]]:
         """Row views ``[:rows]`` of the trained and other tensors, the phase's momentum buffers
         and the recipe tensors."""
-        trained = set(keys)
-        train = {k: self.stacked[k][:rows] for k in keys}
-        other = {k: v[:rows] for k, v in self.stacked.items() if k not in trained}
-        bufs = self.momentum.setdefault(phase_no, [torch.zeros_like(self.stacked[k]) for k in keys])
-        live = tuple(
-            s if d is None else s[:rows] for s, d in zip(self.slots, self.slot_dims, strict=True)
-        )
-        return train, other, bufs, live
+        key = (phase_no, rows, tuple(keys))
+        if key not in self.views:  # made once: the buffers keep their addresses
+            trained = set(keys)
+            train = {k: self.stacked[k][:rows] for k in keys}
+            other = {k: v[:rows] for k, v in self.stacked.items() if k not in trained}
+            if phase_no not in self.momentum:
+                self.momentum[phase_no] = [torch.zeros_like(self.stacked[k]) for k in keys]
+            live = tuple(
+                s if d is None else s[:rows]
+                for s, d in zip(self.slots, self.slot_dims, strict=True)
+            )
+            self.views[key] = (train, other, self.momentum[phase_no], live)
+        return self.views[key]
 
 
 def program_for(
