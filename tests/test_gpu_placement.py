@@ -104,28 +104,35 @@ class _Off:
         self.gpu.__enter__()
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedper", "fedrep", "dfedpgp"])
-def test_host_reads_do_not_grow_with_local_steps(method, tmp_path, fake_gpu):
-    """Metrics come back to the host once per round, not once per step: doubling the local
-    epochs (twice the steps) reads the device the same number of times."""
-    reads = []
+def _per_run(gpu: FakeCuda, counter: str, tmp_path: Path, overrides: list[str]) -> list[int]:
+    """``gpu.<counter>`` over a run at 1 and at 2 local epochs (twice the steps)."""
+    counts = []
     for epochs in (1, 2):
-        before = fake_gpu.host_reads
+        before = getattr(gpu, counter)
         fedpart.run(
             QUICKSTART,
             [
                 *SMALL,
-                f"algorithm.name={method}",
+                *overrides,
                 "engine.device=cuda",
                 f"federation.local_epochs={epochs}",
                 f"output.dir={tmp_path / str(epochs)}",
             ],
             write=False,
         )
-        reads.append(fake_gpu.host_reads - before)
+        counts.append(getattr(gpu, counter) - before)
+    return counts
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedper", "fedrep", "dfedpgp"])
+def test_host_reads_do_not_grow_with_local_steps(method, tmp_path, fake_gpu):
+    """Metrics come back to the host once per round, not once per step: doubling the local
+    epochs (twice the steps) reads the device the same number of times."""
+    reads = _per_run(fake_gpu, "host_reads", tmp_path, [f"algorithm.name={method}"])
     assert reads[0] == reads[1], reads
 
 
+@pytest.mark.filterwarnings("ignore:engine.cuda_graphs:RuntimeWarning")  # no graphs without a GPU
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 def test_batched_host_to_device_copies_do_not_grow_with_local_steps(
     cuda_graphs, tmp_path, fake_gpu
@@ -134,23 +141,9 @@ def test_batched_host_to_device_copies_do_not_grow_with_local_steps(
     the batched backend (eager or captured), so the host can queue step after step while the
     device computes. Doubling the local epochs copies the same number of times; each sample
     batch is normalised with the pool's mean and std made on the device once per run."""
-    writes = []
-    for epochs in (1, 2):
-        before = fake_gpu.host_writes
-        fedpart.run(
-            QUICKSTART,
-            [
-                *SMALL,
-                "algorithm.name=fedavg",
-                "engine.backend=batched",
-                f"engine.cuda_graphs={str(cuda_graphs).lower()}",
-                "engine.device=cuda",
-                f"federation.local_epochs={epochs}",
-                f"output.dir={tmp_path / str(epochs)}",
-            ],
-            write=False,
-        )
-        writes.append(fake_gpu.host_writes - before)
+    flag = f"engine.cuda_graphs={str(cuda_graphs).lower()}"
+    overrides = ["algorithm.name=fedavg", "engine.backend=batched", flag]
+    writes = _per_run(fake_gpu, "host_writes", tmp_path, overrides)
     assert writes[0] == writes[1], writes
 
 
