@@ -199,11 +199,22 @@ class GatedModel(BlockModel):
         self._stats.clear()
         return out
 
+    def _rows_on(self, name: str, device: torch.device) -> Tensor:
+        """``_rows[name]`` on ``device``, copied there once (a copy from the host at every step
+        would wait for the GPU's queued kernels each time)."""
+        if device.type == "cpu":
+            return self._rows[name]
+        cache = self.__dict__.setdefault("_rows_cache", {})
+        key = (name, str(device))
+        if key not in cache:
+            cache[key] = self._rows[name].to(device)
+        return cache[key]
+
     def gated_parameters(self, m: Tensor) -> dict[str, Tensor]:
         """``net``'s parameters with each block scaled by its entry of ``m``."""
         out: dict[str, Tensor] = {}
         for name, p in self.net.named_parameters():
-            rows = self._rows[name].to(p.device)
+            rows = self._rows_on(name, p.device)
             scale = m[rows] if p.dim() else m[rows][0]
             out[name] = p * scale.view(-1, *([1] * (p.dim() - 1))) if p.dim() else p * scale
         return out
