@@ -9,7 +9,7 @@ examples/flower deploy --stream` submits runs to them: the commands of docs/flow
 module starts two such federations besides the guide's (tests/guide_walk.py), so that its runs
 go on at the same time without one's fault reaching another's run: one, over TLS with SuperNode
 authentication (certificates and node keys made by the module, each node's public key
-registered with `flwr supernode register`), runs FedPer, FedRoD and FedCMD
+registered with `flwr supernode register`), runs FedPer and FedCMD
 uninterrupted; the other (`--insecure`) the run whose SuperNode is killed, then the runs the
 ServerApp refuses. The guide's blocks start its own federation on the ports 8000, 9094, 9095.
 Every process the module starts, and every process those start, is stopped by it, also when a
@@ -61,11 +61,12 @@ BASE = [
 ]
 #: seconds a run may take here before the test gives up (generous: a busy 2-core machine)
 RUN_LIMIT = 900
-#: the methods run uninterrupted on the authenticated federation: a model split (FedPer), a
-#: two-head objective whose recipe carries tensors to the node (FedRoD's class counts), a vote
-#: and a distillation (FedCMD). (FedProx's reference model travels as FedRoD's tensors do; that
-#: its wire format trains to the same numbers: tests/test_recipes_as_data.py.)
-SECURE_METHODS = ("fedper", "fedrod", "fedcmd")
+#: the methods run uninterrupted on the authenticated federation: a model split whose heads stay
+#: on the nodes (FedPer), and one whose recipe sends an observer that votes on the nodes, with the
+#: votes counted and a distillation on the server (FedCMD). That recipes with tensors (FedProx's
+#: reference model, FedRoD's class counts) train to the same numbers through the wire format:
+#: tests/test_recipes_as_data.py.
+SECURE_METHODS = ("fedper", "fedcmd")
 KEYS = ("accuracy", "accuracy_weighted", "loss", "train_loss", "up_bytes", "down_bytes")
 #: keys a resumed run may differ in from one that never stopped
 WALL = ("wall_seconds",)
