@@ -16,12 +16,15 @@ see them), each of which makes a GPU's host wait for every kernel queued before 
 
     python benchmarks/quickstart_ops.py                     # every method, 3 rounds
     python benchmarks/quickstart_ops.py --methods fedavg,fedper --rounds 2
+    python benchmarks/quickstart_ops.py --methods pfedgate --sites 3   # where the copies are made
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -37,6 +40,32 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 sys.path.insert(0, str(ROOT / "tests"))
 from fake_cuda import FakeCuda, torch_switches_kept  # noqa: E402
 
+PACKAGE = "/src/fedpart/"
+
+
+class SitedCuda(FakeCuda):
+    """The fake device, its blocking host-to-device copies also counted by the innermost source
+    line of fedpart that made them (``sites``)."""
+
+    def __init__(self) -> None:
+        self.sites: Counter[str] = Counter()
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def host_writes(self) -> int:
+        return self.__dict__.get("_writes", 0)
+
+    @host_writes.setter
+    def host_writes(self, value: int) -> None:
+        if value:
+            for frame in reversed(traceback.extract_stack()[:-1]):
+                if PACKAGE in frame.filename and "/fedpart/bench/" not in frame.filename:
+                    self.sites[f"{frame.filename.split(PACKAGE)[1]}:{frame.lineno}"] += 1
+                    break
+            else:
+                self.sites["?"] += 1
+        self.__dict__["_writes"] = value
+
 
 def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
     """The counter of a whole run of ``method`` (``None``: the backend is not possible), with
@@ -48,7 +77,7 @@ def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
         "output.checkpoint_every=0",
         "engine.device=cuda",
     ]
-    with torch_switches_kept(), FakeCuda() as gpu, DispatchCounter("cuda") as counter:
+    with torch_switches_kept(), SitedCuda() as gpu, DispatchCounter("cuda") as counter:
         try:
             fedpart.run(QUICKSTART, overrides, write=False)
         except FedpartError as exc:
@@ -56,6 +85,7 @@ def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
                 return None
             raise
     counter.host_writes = gpu.host_writes  # type: ignore[attr-defined]
+    counter.write_sites = gpu.sites  # type: ignore[attr-defined]
     return counter
 
 
@@ -63,6 +93,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", default="", help="comma-separated (default: compare's)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--sites",
+        type=int,
+        default=0,
+        help="list each run's N source lines that made the most host-to-device copies",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     base = load_config(QUICKSTART)
@@ -79,6 +115,7 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     totals = {"sequential": 0, "auto": 0}
+    sites: list[str] = []
     for name in names:
         seq = counted(name, "sequential", args.rounds)
         assert seq is not None
@@ -95,11 +132,19 @@ def main() -> None:
             cells[4] = f"{bat.total_syncs:,}"
             cells[6] = f"{bat.host_writes:,}"  # type: ignore[attr-defined]
         print(f"| {name} | {'batched' if bat else 'sequential'} | " + " | ".join(cells) + " |")
+        runs = [("sequential", seq)] + ([("batched", bat)] if bat is not None else [])
+        for backend, run in runs if args.sites else []:
+            top = run.write_sites.most_common(args.sites)  # type: ignore[attr-defined]
+            where = ", ".join(f"{site} {n:,}" for site, n in top) or "none"
+            sites.append(f"- {name}, {backend}: {where}")
     ratio = totals["sequential"] / totals["auto"]
     print(
         f"\nall {len(names)} methods: {totals['sequential']:,} operators sequential, "
         f"{totals['auto']:,} with auto's backend on CUDA ({ratio:.2f}× fewer)"
     )
+    if sites:
+        print("\nhost-to-device copies by the source line that made them:")
+        print("\n".join(sites))
 
 
 if __name__ == "__main__":
