@@ -9,8 +9,11 @@ plain loop pfl-research runs (``nn.Sequential`` behind its NHWC-to-NCHW transpos
 images normalised up front, ``nn.Dropout``, ``torch.optim.SGD``, ``zero_grad``), alternating.
 The whole runs of the two tools also differ in what surrounds training (sampling, aggregation,
 evaluation, processes); this isolates the training steps, which are most of an iteration.
+``--pfl`` adds pfl-research's own local training (``PyTorchSGDBridge.do_sgd`` on its
+``PyTorchModel`` and ``Dataset``), the contestants rotating which goes first.
 
     python benchmarks/one_thread_step.py --clients 50 --repeats 5
+    python benchmarks/one_thread_step.py --clients 50 --repeats 9 --pfl
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ def main(argv: list[str] | None = None) -> None:
         choices=("channels_last", "contiguous"),
         default="channels_last",
         help="fedpart's convolution layout (engine.conv_layout)",
+    )
+    parser.add_argument(
+        "--pfl", action="store_true", help="also time pfl-research's own local training"
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -89,9 +95,12 @@ def main(argv: list[str] | None = None) -> None:
                 opt.step()
 
     times: dict[str, list[float]] = {"fedpart": [], "plain loop": []}
-    runs = (("fedpart", fedpart_clients), ("plain loop", plain_clients))
+    runs: tuple = (("fedpart", fedpart_clients), ("plain loop", plain_clients))
+    if args.pfl:
+        times["pfl-research"] = []
+        runs = (*runs, ("pfl-research", pfl_trainer(images, labels, n)))
     for r in range(args.repeats + 1):
-        for name, fn in runs if r % 2 == 0 else runs[::-1]:
+        for name, fn in runs[r % len(runs) :] + runs[: r % len(runs)]:
             t = time.perf_counter()
             fn()
             if r:
@@ -104,8 +113,45 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{name:>10}: median {statistics.median(ts):.3f} s  ({', '.join(f'{t:.3f}' for t in ts)})"
         )
-    ratio = statistics.median(times["plain loop"]) / statistics.median(times["fedpart"])
-    print(f"plain loop / fedpart = {ratio:.2f}x (above 1: fedpart faster)")
+    for name in times:
+        if name != "fedpart":
+            ratio = statistics.median(times[name]) / statistics.median(times["fedpart"])
+            print(f"{name} / fedpart = {ratio:.2f}x (above 1: fedpart faster)")
+
+
+def pfl_trainer(images: torch.Tensor, labels: torch.Tensor, n: int):
+    """pfl-research's own local training (``PyTorchSGDBridge.do_sgd`` on its ``PyTorchModel``
+    and ``Dataset``), each user from the same start, as its FedAvg trains a user."""
+    from pfl.data.dataset import Dataset
+    from pfl.hyperparam import NNTrainHyperParams
+    from pfl.internal.bridge.pytorch.sgd import PyTorchSGDBridge
+    from pfl.model.pytorch import PyTorchModel
+
+    net = side.pfl_simple_cnn(10, 32, 3)
+    model = PyTorchModel(
+        model=net,
+        local_optimizer_create=torch.optim.SGD,
+        central_optimizer=torch.optim.SGD(net.parameters(), 1.0),
+    )
+    init = model.get_parameters()
+    users = [
+        Dataset(
+            raw_data=[
+                images[u * PER_USER : (u + 1) * PER_USER],
+                labels[u * PER_USER : (u + 1) * PER_USER],
+            ]
+        )
+        for u in range(n)
+    ]
+    params = NNTrainHyperParams(local_learning_rate=0.1, local_num_epochs=1, local_batch_size=BATCH)
+
+    def run() -> None:
+        for user in users:
+            model.set_parameters(init)
+            PyTorchSGDBridge.do_sgd(model, user, params)
+            model.get_model_difference(init)
+
+    return run
 
 
 if __name__ == "__main__":
