@@ -17,6 +17,13 @@ see them), each of which makes a GPU's host wait for every kernel queued before 
     python benchmarks/quickstart_ops.py                     # every method, 3 rounds
     python benchmarks/quickstart_ops.py --methods fedavg,fedper --rounds 2
     python benchmarks/quickstart_ops.py --methods pfedgate --sites 3   # where the copies are made
+
+``--config`` counts another recipe instead (``--set`` overrides it), e.g. one round of Pa3dFL's
+paper protocol (20 clients of different widths, 5 epochs of batch 50; Fashion-MNIST from
+``../shared/data``):
+
+    python benchmarks/quickstart_ops.py --config configs/pa3dfl/pa3dfl.yaml --methods pa3dfl \
+        --rounds 1 --set dataset.root=../shared/data --sites 4
 """
 
 from __future__ import annotations
@@ -67,10 +74,13 @@ class SitedCuda(FakeCuda):
         self.__dict__["_writes"] = value
 
 
-def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
+def counted(
+    method: str, backend: str, rounds: int, config: Path = QUICKSTART, extra: tuple[str, ...] = ()
+) -> DispatchCounter | None:
     """The counter of a whole run of ``method`` (``None``: the backend is not possible), with
     the run's blocking host-to-device copies as ``host_writes``."""
     overrides = [
+        *extra,
         f"algorithm.name={method}",
         f"engine.backend={backend}",
         f"federation.rounds={rounds}",
@@ -79,7 +89,7 @@ def counted(method: str, backend: str, rounds: int) -> DispatchCounter | None:
     ]
     with torch_switches_kept(), SitedCuda() as gpu, DispatchCounter("cuda") as counter:
         try:
-            fedpart.run(QUICKSTART, overrides, write=False)
+            fedpart.run(config, overrides, write=False)
         except FedpartError as exc:
             if "engine.backend" in str(exc):
                 return None
@@ -99,16 +109,22 @@ def main() -> None:
         default=0,
         help="list each run's N source lines that made the most host-to-device copies",
     )
+    p.add_argument(
+        "--config", type=Path, default=QUICKSTART, help="the recipe (default: quick start)"
+    )
+    p.add_argument("--set", action="append", default=[], help="an override of it (repeatable)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    base = load_config(QUICKSTART)
+    base = load_config(args.config, args.set)
+    run_of = {"config": args.config, "extra": tuple(args.set)}
     registry = methods()
     names = (
         args.methods.split(",")
         if args.methods
         else [n for n, cls in registry.items() if cls.supports(base)]
     )
-    print(f"quick start, {args.rounds} rounds, torch {torch.__version__}\n")
+    recipe = "quick start" if args.config == QUICKSTART else str(args.config)
+    print(f"{recipe}, {args.rounds} rounds, torch {torch.__version__}\n")
     print(
         "| method | auto on CUDA | ops sequential | ops batched | sequential / batched "
         "| syncs sequential | syncs batched | host→device sequential | host→device batched |"
@@ -117,10 +133,12 @@ def main() -> None:
     totals = {"sequential": 0, "auto": 0}
     sites: list[str] = []
     for name in names:
-        seq = counted(name, "sequential", args.rounds)
+        seq = counted(name, "sequential", args.rounds, **run_of)
         assert seq is not None
         bat = (
-            counted(name, "batched", args.rounds) if "batched" in registry[name].backends else None
+            counted(name, "batched", args.rounds, **run_of)
+            if "batched" in registry[name].backends
+            else None
         )
         auto = bat or seq
         totals["sequential"] += seq.total_ops

@@ -13,7 +13,12 @@ left out) and every client's evaluated state. Run it with the code before a chan
     python benchmarks/same_numbers.py --fold --out folded.pt   # the average as CUDA's fold
 
 ``--backend sequential`` runs the same cases on the sequential reference instead (the FedRep
-case then has no clients to batch: the same run as plain FedRep).
+case then has no clients to batch: the same run as plain FedRep). ``--cases width`` runs the
+capacity-aware methods instead (HeteroFL, FedRolex, Fjord, Pa3dFL; clients of different widths,
+``federation.capacity=uniform``), each on the given backend where it declares it, else on the
+sequential one.
+
+    python benchmarks/same_numbers.py --cases width --out after.pt
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import torch
 
 import fedpart
+from fedpart.algorithms import ALGORITHMS
 
 BASE = {
     "seed": 1,
@@ -51,16 +57,24 @@ CASES = {
         "dataset": {"name": "digits", "augment": "crop_flip"},
     },
 }
+UNEVEN = {**FED, "lr": 0.01, "capacity": "uniform"}
+WIDTH_CASES = {
+    name: {"algorithm": {"name": name}, "federation": UNEVEN}
+    for name in ("heterofl", "fedrolex", "fjord", "pa3dfl")
+}
 
 
-def record(out: str, backend: str) -> None:
+def record(out: str, backend: str, cases: dict) -> None:
     results = {}
-    for name, over in CASES.items():
+    for name, over in cases.items():
         config = {**BASE, **over}
-        config["engine"] = {**config["engine"], "backend": backend}
+        own = (
+            backend if backend in ALGORITHMS[config["algorithm"]["name"]].backends else "sequential"
+        )
+        config["engine"] = {**config["engine"], "backend": own}
         run = fedpart.run(config, write=False)
-        if run.simulation.backend != backend:
-            raise SystemExit(f"{name}: ran on {run.simulation.backend}, not {backend}")
+        if run.simulation.backend != own:
+            raise SystemExit(f"{name}: ran on {run.simulation.backend}, not {own}")
         rows = [
             {k: v for k, v in row.items() if "second" not in k and "wall" not in k}
             for row in run.metrics
@@ -87,6 +101,7 @@ def main() -> None:
     p.add_argument("--out", help="save this code's runs here")
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     p.add_argument("--backend", default="batched", choices=["batched", "sequential"])
+    p.add_argument("--cases", default="engine", choices=["engine", "width"])
     p.add_argument(
         "--fold",
         action="store_true",
@@ -101,7 +116,7 @@ def main() -> None:
     if args.compare:
         compare(*args.compare)
     elif args.out:
-        record(args.out, args.backend)
+        record(args.out, args.backend, WIDTH_CASES if args.cases == "width" else CASES)
     else:
         p.error("give --out or --compare")
 

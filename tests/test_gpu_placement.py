@@ -147,6 +147,32 @@ def test_batched_host_to_device_copies_do_not_grow_with_local_steps(
     assert writes[0] == writes[1], writes
 
 
+@pytest.mark.parametrize("method", ["heterofl", "fedrolex"])
+def test_width_sliced_copies_do_not_grow_with_the_clients_of_a_round(method, tmp_path, fake_gpu):
+    """A width-sliced method keeps its clients' index sets on the device (made once per width,
+    or per round for FedRolex's rolling window): slicing a client's state and averaging the
+    slices copy nothing from the host: 4 more clients in each of 2 rounds add at most one copy
+    each (the batch order of a client trained alone, drawn on the host), where every client's
+    index sets once came over (17-19 copies a client)."""
+    counts = []
+    for ratio in (0.5, 1.0):
+        before = fake_gpu.host_writes
+        fedpart.run(
+            QUICKSTART,
+            [
+                *SMALL,
+                *_method(method),
+                "engine.backend=batched",
+                "engine.device=cuda",
+                f"federation.join_ratio={ratio}",
+                f"output.dir={tmp_path / str(ratio)}",
+            ],
+            write=False,
+        )
+        counts.append(fake_gpu.host_writes - before)
+    assert counts[1] - counts[0] <= 4 * 2, counts
+
+
 def test_fake_device_counts_blocking_copies_onto_it(fake_gpu):
     host = torch.ones(3)
     before = fake_gpu.host_writes

@@ -14,7 +14,7 @@ from torch.func import functional_call
 from fedpart.algorithms.widthsliced import WidthSliced
 from fedpart.config import fraction, option
 from fedpart.engine.recipe import Recipe
-from fedpart.models.width import model_index_sets, slice_state
+from fedpart.models.width import index_sets_on, model_index_sets, slice_state
 from fedpart.registry import register
 from fedpart.seeding import torch_generator
 
@@ -114,7 +114,7 @@ class Fjord(WidthSliced):
     def prefix(self, p: float) -> Any:
         """Index sets of the width-``p`` prefix (valid inside any wider prefix model)."""
         if p not in self._prefix:
-            self._prefix[p] = model_index_sets(self.ctx.model, p)
+            self._prefix[p] = index_sets_on(model_index_sets(self.ctx.model, p), self.ctx.device)
         return self._prefix[p]
 
     def recipe(self, rnd: int, client: int) -> Recipe:

@@ -193,19 +193,20 @@ def line_search(
     choice is at least as good as either model on ``index``."""
     if index.numel() == 0:
         return 0.0, received
-    best: tuple[float, float] | None = None
-    chosen: tuple[float, State] = (0.0, received)
-    for k in range(steps + 1):
-        alpha = k / steps
-        state = {
+
+    def at(alpha: float) -> State:
+        return {
             key: torch.lerp(v, trained[key], alpha) if v.is_floating_point() else v
             for key, v in received.items()
         }
-        ok, losses = evaluate_samples(model, state, data, index, batch_size)
-        score = (float(ok.double().mean()), -float(losses.double().mean()))
-        if best is None or score > best:
-            best, chosen = score, (alpha, state)
-    return chosen
+
+    scores = []  # per α: (accuracy, −loss), kept on the model's device and read once
+    for k in range(steps + 1):
+        ok, losses = evaluate_samples(model, at(k / steps), data, index, batch_size)
+        scores.append(torch.stack([ok.double().mean(), -losses.double().mean()]))
+    read = torch.stack(scores).tolist()
+    best = max(range(steps + 1), key=lambda k: (read[k][0], read[k][1], -k))
+    return best / steps, at(best / steps)
 
 
 @register

@@ -24,6 +24,7 @@ from fedpart.engine.training import ClientJob
 from fedpart.models.width import (
     embed_state,
     holder_average,
+    index_sets_on,
     model_index_sets,
     narrow_model,
     slice_state,
@@ -94,8 +95,10 @@ class WidthSliced(Algorithm):
         if key not in self._index:
             if len(self._index) > 64:  # a rolling window makes new sets every round
                 self._index.clear()
-            self._index[key] = model_index_sets(
-                self.ctx.model, p, kind=self.selection, offset=offset
+            # on the run's device, where the states they slice live
+            self._index[key] = index_sets_on(
+                model_index_sets(self.ctx.model, p, kind=self.selection, offset=offset),
+                self.ctx.device,
             )
         return self._index[key]
 

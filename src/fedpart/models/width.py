@@ -35,6 +35,7 @@ __all__ = [
     "embed_state",
     "holder_average",
     "index_masks",
+    "index_sets_on",
     "masked_average",
     "model_index_sets",
     "narrow_model",
@@ -221,6 +222,15 @@ def model_index_sets(
             raise ValueError(f"{type(model).__name__} is pruned by prefix only, not {kind!r}")
         return own(p)
     return width_plan(model).index_sets(p=p, kind=kind, offset=offset)
+
+
+def index_sets_on(index: IndexSets, device: torch.device | str) -> IndexSets:
+    """``index`` with every index tensor on ``device``: a method keeps its clients' index sets
+    where the states they slice live, so that slicing and averaging copy nothing from the host
+    (on a GPU each such copy makes the host wait for every queued kernel)."""
+    return {
+        key: tuple(None if i is None else i.to(device) for i in dims) for key, dims in index.items()
+    }
 
 
 def submodel_state(
