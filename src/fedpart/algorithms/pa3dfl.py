@@ -219,6 +219,9 @@ class Pa3dFL(WidthSliced):
     name = "pa3dfl"
     summary = "Factorized θ_u θ_v: θ_u averaged, θ_v from a hyper-network with attention."
     Options = Pa3dFLOptions
+    #: batched training runs (its test model is chosen in ``trained``), but departs from the
+    #: sequential run beyond the batched tolerance within rounds: a rounding-level gap grown by
+    #: the hyper-network step and the α search (docs/methods/pa3dfl.md)
     backends = ("sequential",)
     has_global_model = False  # the server holds no θ_v of its own, only the hyper-network
     checkpointed = (
@@ -309,10 +312,9 @@ class Pa3dFL(WidthSliced):
     def start_state(self, rnd: int, client: int) -> State:
         return self.received(client, super().start_state(rnd, client))
 
-    def local_update(self, rnd: int, client: int) -> Any:
-        result = self.train_job(self.job(rnd, client))
+    def trained(self, rnd: int, client: int, result: Any) -> None:
+        super().trained(rnd, client, result)
         self._test[client] = self.test_model(client, result.job.start, result.state)
-        return result
 
     def test_model(self, client: int, received: State, trained: State) -> State:
         """Alg. 1: fuse ``M_0`` (global head) and ``M_1`` (its local head) on the client's
