@@ -96,6 +96,7 @@ def counted(
             raise
     counter.host_writes = gpu.host_writes  # type: ignore[attr-defined]
     counter.write_sites = gpu.sites  # type: ignore[attr-defined]
+    counter.device_reads = gpu.host_reads  # type: ignore[attr-defined]
     return counter
 
 
@@ -154,7 +155,10 @@ def main() -> None:
         for backend, run in runs if args.sites else []:
             top = run.write_sites.most_common(args.sites)  # type: ignore[attr-defined]
             where = ", ".join(f"{site} {n:,}" for site, n in top) or "none"
-            sites.append(f"- {name}, {backend}: {where}")
+            reads = run.device_reads  # type: ignore[attr-defined]
+            sites.append(
+                f"- {name}, {backend}: {where} (values read back from the device: {reads:,})"
+            )
     ratio = totals["sequential"] / totals["auto"]
     print(
         f"\nall {len(names)} methods: {totals['sequential']:,} operators sequential, "

@@ -13,12 +13,12 @@ left out) and every client's evaluated state. Run it with the code before a chan
     python benchmarks/same_numbers.py --fold --out folded.pt   # the average as CUDA's fold
 
 ``--backend sequential`` runs the same cases on the sequential reference instead (the FedRep
-case then has no clients to batch: the same run as plain FedRep). ``--cases width`` runs the
-capacity-aware methods instead (HeteroFL, FedRolex, Fjord, Pa3dFL; clients of different widths,
-``federation.capacity=uniform``), each on the given backend where it declares it, else on the
-sequential one.
+case then has no clients to batch: the same run as plain FedRep). ``--methods`` runs the named
+methods instead, each at lr 0.01 (capacity-aware ones with clients of different widths,
+``federation.capacity=uniform``), on the given backend where the method declares it, else on
+the sequential one.
 
-    python benchmarks/same_numbers.py --cases width --out after.pt
+    python benchmarks/same_numbers.py --methods heterofl,fedrolex,fjord,pa3dfl --out after.pt
 """
 
 from __future__ import annotations
@@ -57,11 +57,17 @@ CASES = {
         "dataset": {"name": "digits", "augment": "crop_flip"},
     },
 }
-UNEVEN = {**FED, "lr": 0.01, "capacity": "uniform"}
-WIDTH_CASES = {
-    name: {"algorithm": {"name": name}, "federation": UNEVEN}
-    for name in ("heterofl", "fedrolex", "fjord", "pa3dfl")
-}
+
+
+def method_cases(names: str) -> dict:
+    """One case per named method: lr 0.01, clients of different widths where it has widths."""
+    cases = {}
+    for name in names.split(","):
+        federation = {**FED, "lr": 0.01}
+        if ALGORITHMS[name].capacity_aware:
+            federation["capacity"] = "uniform"
+        cases[name] = {"algorithm": {"name": name}, "federation": federation}
+    return cases
 
 
 def record(out: str, backend: str, cases: dict) -> None:
@@ -101,7 +107,7 @@ def main() -> None:
     p.add_argument("--out", help="save this code's runs here")
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     p.add_argument("--backend", default="batched", choices=["batched", "sequential"])
-    p.add_argument("--cases", default="engine", choices=["engine", "width"])
+    p.add_argument("--methods", help="comma-separated methods instead of the engine cases")
     p.add_argument(
         "--fold",
         action="store_true",
@@ -116,7 +122,7 @@ def main() -> None:
     if args.compare:
         compare(*args.compare)
     elif args.out:
-        record(args.out, args.backend, WIDTH_CASES if args.cases == "width" else CASES)
+        record(args.out, args.backend, method_cases(args.methods) if args.methods else CASES)
     else:
         p.error("give --out or --compare")
 

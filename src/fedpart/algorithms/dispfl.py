@@ -277,14 +277,17 @@ class DisPFL(Decentralized):
         """``m_k ⊙ Σ_j a_j (m̂_j ⊙ w_j) ⊘ Σ_j a_j m̂_j`` on the prunable weights (0 where nobody
         holds a coordinate), ``Σ_j a_j w_j / Σ_j a_j`` on the dense tensors."""
         out = dict(states[client])
+        # the weights (host values) onto the states' device once per client, not per key
+        device = next(iter(states[client].values())).device
+        on_device = weights.to(device)
+        shares = (weights / weights.sum()).to(device)
         for key in self.shared_keys():
             stacked = torch.stack([states[j][key] for j in senders])
             if not stacked.is_floating_point():
-                a = (weights / weights.sum()).to(stacked.device)
-                a = a.reshape(-1, *([1] * (stacked.dim() - 1)))
+                a = shares.reshape(-1, *([1] * (stacked.dim() - 1)))
                 out[key] = (a * stacked.double()).sum(0).round().to(stacked.dtype)
                 continue
-            a = weights.to(device=stacked.device, dtype=stacked.dtype)
+            a = on_device.to(stacked.dtype)
             a = a.reshape(-1, *([1] * (stacked.dim() - 1)))
             if key in self.masks[client]:
                 held = torch.stack([self.support[j][key] for j in senders]).to(stacked.dtype)
