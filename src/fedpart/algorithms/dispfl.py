@@ -118,13 +118,15 @@ def next_mask(
     fraction: float,
     score: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    active: int | None = None,
 ) -> torch.Tensor:
     """One layer's mask search: drop the ``⌈fraction · n⌉`` of the ``n`` active weights with the
     smallest ``|weight|``, then activate as many inactive coordinates (the just-dropped ones
     included) with the largest ``|score|`` or, without a score, uniformly at random. The number of
-    active weights is unchanged. Ties go to the lower index."""
+    active weights is unchanged. Ties go to the lower index. ``active``: ``n`` when known (else
+    counted, which on a GPU reads the device)."""
     flat = mask.flatten()
-    n_swap = math.ceil(fraction * int(flat.sum()))
+    n_swap = math.ceil(fraction * (int(flat.sum()) if active is None else active))
     if n_swap == 0:
         return mask.clone()
     magnitude = torch.where(flat, weight.detach().flatten().abs(), math.inf)
@@ -250,7 +252,8 @@ class DisPFL(Decentralized):
         for key in self.shared_keys():
             t = state[key]
             if key in self.support[client]:
-                total += int(self.support[client][key].sum()) * t.element_size()
+                # a support is an earlier mask: it holds the layer's constant active count
+                total += self.active[key] * t.element_size()
                 if self.options.mask_bitmap:
                     total += math.ceil(t.numel() / 8)
             else:
@@ -329,9 +332,15 @@ class DisPFL(Decentralized):
         mask = self.masks[client]
         if self.options.regrow == "gradient":
             grads = self.screen_gradients(rnd, client, result)
-            return {k: next_mask(m, result.state[k], fraction, grads[k]) for k, m in mask.items()}
+            return {
+                k: next_mask(m, result.state[k], fraction, grads[k], active=self.active[k])
+                for k, m in mask.items()
+            }
         gen = torch_generator(self.ctx.cfg.seed, "algorithm", _REGROW_STREAM, rnd, client)
-        return {k: next_mask(m, result.state[k], fraction, None, gen) for k, m in mask.items()}
+        return {
+            k: next_mask(m, result.state[k], fraction, None, gen, self.active[k])
+            for k, m in mask.items()
+        }
 
     def screen_gradients(
         self, rnd: int, client: int, result: TrainResult
