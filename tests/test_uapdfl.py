@@ -328,3 +328,16 @@ def test_g_blocks_moves_the_split():
     assert Simulation(Config.from_dict(cfg_dict())).algorithm.aux.shape[1] == 64 * 2 * 2
     with pytest.raises(ConfigError, match="algorithm.g_blocks"):
         Simulation(Config.from_dict(cfg_dict(g_blocks=4)))
+
+
+def test_divergences_are_read_from_the_device_once_per_round():
+    """Eq. (6) for every (client, neighbour) pair of the round is computed on the device and read
+    back at once (on a GPU each read waits for every queued kernel), not once per pair."""
+    from fedpart.bench.dispatch import DispatchCounter
+
+    sim, _ = distinct_sim(threshold=0.1)
+    set_units(sim, [A, B, A, B])
+    graph = Graph(~np.eye(4, dtype=bool))  # every client pulls the other three: 12 pairs
+    with DispatchCounter("cpu") as counter:
+        sim.algorithm.communicate(1, graph)
+    assert counter.total_syncs == 1, counter.summary()

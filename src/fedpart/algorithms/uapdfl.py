@@ -43,11 +43,17 @@ from fedpart.topology import Graph
 EPS = 1e-12
 
 
-def divergence(p: torch.Tensor, q: torch.Tensor, eps: float = EPS) -> float:
-    """Eq. (6)-(7): Div = ½ KL(p‖q) + ½ KL(q‖p) (the paper's "Jensen-Shannon"), ε in the logs."""
+def divergence_tensor(p: torch.Tensor, q: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """Eq. (6)-(7): Div = ½ KL(p‖q) + ½ KL(q‖p) (the paper's "Jensen-Shannon"), ε in the logs,
+    as a float64 0-d tensor on the inputs' device."""
     p, q = p.double(), q.double()
     lp, lq = torch.log(p + eps), torch.log(q + eps)
-    return float(0.5 * (p * (lp - lq)).sum() + 0.5 * (q * (lq - lp)).sum())
+    return 0.5 * (p * (lp - lq)).sum() + 0.5 * (q * (lq - lp)).sum()
+
+
+def divergence(p: torch.Tensor, q: torch.Tensor, eps: float = EPS) -> float:
+    """:func:`divergence_tensor` as a Python float."""
+    return float(divergence_tensor(p, q, eps))
 
 
 def client_dropout(divs: Sequence[float], threshold: float) -> bool:
@@ -178,11 +184,17 @@ class UAPDFL(Decentralized):
         full_bytes = keys_bytes(states[0], list(states[0]))
         g_bytes, h_bytes = keys_bytes(states[0], self.g_keys), keys_bytes(states[0], self.h_keys)
         new_states = []
+        queues = [graph.in_neighbors(i) for i in range(len(states))]  # Q_i (line 6)
+        # line 9, Eq. (6): every client's divergences to its queue, read from the device at once
+        pairs = [
+            divergence_tensor(self.unit[i], self.unit[j]) for i, q in enumerate(queues) for j in q
+        ]
+        read = iter(torch.stack(pairs).tolist() if pairs else [])
         for i in range(len(states)):
-            queue = graph.in_neighbors(i)  # Q_i (line 6)
+            queue = queues[i]
             for j in queue:  # line 7: I_j, I_j^Aux, |D_j|
                 exchange.send(j, i, rep_bytes)
-            divs = [divergence(self.unit[i], self.unit[j]) for j in queue]  # line 9, Eq. (6)
+            divs = [next(read) for _ in queue]
             members = [i, *queue]
             self.targets[i] = self.aux[members].mean(0)  # line 29 (stale, detached)
             if opts.dropout and client_dropout(divs, opts.threshold):  # lines 10-12
