@@ -21,6 +21,7 @@ from fedpart.algorithms.fedcmd import (
     w2_gaussian,
 )
 from fedpart.config import Config
+from fedpart.engine.layer_selection import gaussians
 from fedpart.engine.mixing import normalize_rows, tensor_bytes
 from fedpart.engine.rounds import sample_clients
 from fedpart.engine.simulation import Simulation
@@ -69,6 +70,33 @@ def test_gaussian_fit_is_min_max_normalised_and_constant_tensors_score_zero():
     assert gaussian(t * 10 + 3) == pytest.approx((mean, std))  # affine-invariant
     assert gaussian(torch.ones(5)) is None
     assert w2_gaussian(None, (0.1, 0.2), "closed_form") == 0.0
+
+
+@pytest.mark.parametrize("fit", ["minmax", "raw"])
+def test_a_batch_reads_its_fits_from_the_device_once(fit):
+    """Eq. (6)'s Gaussians of x, y and every chain output are computed where the tensors are and
+    read back at once (on a GPU each read waits for the queued kernels): one read for the whole
+    batch, with the values of the per-tensor reads (three each) it replaces."""
+    from fedpart.bench.dispatch import DispatchCounter
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.rand(16, 10, generator=g), torch.randint(0, 10, (16,), generator=g)
+    chain = [torch.rand(16, 8, generator=g) ** p for p in (1, 2, 3)] + [torch.ones(16, 8)]
+    with DispatchCounter("cpu") as counter:
+        scores = transfer_scores(x, y, chain, w2="closed_form", score="paper", fit=fit)
+    assert counter.total_syncs == 1
+    one_by_one = []
+    for t in (x, y, *chain):  # the former per-tensor reads, as Python floats
+        t = t.double().flatten()
+        if fit == "raw":
+            one_by_one.append((float(t.mean()), float(t.std())))
+            continue
+        lo, hi = t.min(), t.max()
+        u = (t - lo) / (hi - lo)
+        one_by_one.append((float(u.mean()), float(u.std())) if hi > lo else None)
+    assert gaussians([x, y, *chain], fit) == one_by_one  # the same floats, bit for bit
+    assert len(scores) == len(chain) - 1
+    assert gaussians([torch.ones(1)], fit) == [None]
 
 
 def test_eq6_paper_and_code_forms():

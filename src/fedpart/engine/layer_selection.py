@@ -40,6 +40,7 @@ __all__ = [
     "BlockVote",
     "batch_vote",
     "gaussian",
+    "gaussians",
     "majority",
     "score_chain",
     "tally",
@@ -65,14 +66,28 @@ def gaussian(t: torch.Tensor, fit: str = "minmax") -> tuple[float, float] | None
     [0, 1] over the whole tensor (``minmax``, the authors' code), or of its raw values (``raw``).
     ``None`` where the fit is undefined (the code's NaN, scored as 0): a constant tensor under
     ``minmax``, a single value under ``raw``."""
+    return gaussians([t], fit)[0]
+
+
+def _fit(t: torch.Tensor, fit: str) -> torch.Tensor:
+    """``[defined, mean, std]`` of :func:`gaussian`'s fit, as float64 on ``t``'s device."""
     t = t.detach().double().flatten()
+    if t.numel() == 1:  # undefined under either fit (and no spread to compute)
+        return torch.zeros(3, dtype=torch.float64, device=t.device)
     if fit == "raw":
-        return (float(t.mean()), float(t.std())) if t.numel() > 1 else None
+        return torch.stack([torch.ones_like(t[0]), t.mean(), t.std()])
     lo, hi = t.min(), t.max()
-    if not hi > lo:
-        return None
-    u = (t - lo) / (hi - lo)
-    return float(u.mean()), float(u.std())
+    u = (t - lo) / (hi - lo)  # undefined (a constant tensor) where hi == lo: not read
+    return torch.stack([(hi > lo).double(), u.mean(), u.std()])
+
+
+def gaussians(tensors: list[torch.Tensor], fit: str = "minmax") -> list[tuple[float, float] | None]:
+    """:func:`gaussian` of each tensor, computed where the tensors are and read back at once
+    (one synchronisation of a GPU for all of them, not three per tensor)."""
+    if not tensors:
+        return []
+    read = torch.stack([_fit(t, fit) for t in tensors]).tolist()
+    return [(mean, std) if defined else None for defined, mean, std in read]
 
 
 def w2_gaussian(a: tuple[float, float] | None, b: tuple[float, float] | None, mode: str) -> float:
@@ -96,8 +111,7 @@ def transfer_scores(
 ) -> list[float]:
     """s_l of Eq. (6) for l = 1..len(chain)−1, ``chain`` being the outputs o_0, o_1, … (o_0 the
     predecessor of the first candidate); ``y`` is the labels' tensor as encoded."""
-    zx, zy = gaussian(x, fit), gaussian(y, fit)
-    z = [gaussian(o, fit) for o in chain]
+    zx, zy, *z = gaussians([x, y, *chain], fit)
     scores = []
     for l in range(1, len(chain)):
         ay, ax = w2_gaussian(z[l], zy, w2), w2_gaussian(z[l], zx, w2)
