@@ -173,6 +173,21 @@ def test_width_sliced_copies_do_not_grow_with_the_clients_of_a_round(method, tmp
     assert counts[1] - counts[0] <= 4 * 2, counts
 
 
+def test_training_on_part_of_a_split_copies_nothing_per_batch(fake_gpu):
+    """FedAP and FedFomo train on part of a client's split through a copy of the run's data
+    with other index arrays (``FederatedData.with_clients``): it shares the normalisation
+    tensors made on the device, so its batches copy nothing from the host (each copy on a GPU
+    waits for every queued kernel)."""
+    cfg = load_config(QUICKSTART, [*SMALL, "engine.device=cuda"])
+    data = Simulation(cfg, quiet=True).data
+    data.batch(data.clients[0].train[:4])  # the run's normalisation tensors, made once
+    part = data.with_clients([c for c in data.clients])
+    before = fake_gpu.host_writes
+    for _ in range(3):
+        part.batch(part.clients[0].train[:4])
+    assert fake_gpu.host_writes == before
+
+
 def test_fake_device_counts_blocking_copies_onto_it(fake_gpu):
     host = torch.ones(3)
     before = fake_gpu.host_writes

@@ -114,11 +114,33 @@ def wasserstein(
 ) -> float:
     """Σ_l W₂(N(μ_a, σ_a²), N(μ_b, σ_b²)) over the layers, with diagonal covariances:
     W₂ = sqrt(‖μ_a − μ_b‖² + ‖σ_a − σ_b‖²) per layer."""
-    total = 0.0
-    for (ma, va), (mb, vb) in zip(a, b, strict=True):
-        sq = float(((ma - mb) ** 2).sum() + ((va.sqrt() - vb.sqrt()) ** 2).sum())
-        total += math.sqrt(sq)
-    return total
+    return wasserstein_matrix([a, b])[0][1]
+
+
+def _squared_terms(
+    a: list[tuple[torch.Tensor, torch.Tensor]], b: list[tuple[torch.Tensor, torch.Tensor]]
+) -> list[torch.Tensor]:
+    """Per layer, ``‖μ_a − μ_b‖² + ‖σ_a − σ_b‖²`` as a 0-d tensor where the statistics are."""
+    return [
+        ((ma - mb) ** 2).sum() + ((va.sqrt() - vb.sqrt()) ** 2).sum()
+        for (ma, va), (mb, vb) in zip(a, b, strict=True)
+    ]
+
+
+def wasserstein_matrix(stats: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> list[list[float]]:
+    """:func:`wasserstein` of every pair of clients' statistics (0 on the diagonal), the
+    per-layer terms computed where the statistics are and read back at once."""
+    n = len(stats)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    terms = [t for i, j in pairs for t in _squared_terms(stats[i], stats[j])]
+    read = iter(torch.stack(terms).tolist() if terms else [])
+    out = [[0.0] * n for _ in range(n)]
+    for i, j in pairs:
+        total = 0.0
+        for _ in stats[i]:
+            total += math.sqrt(next(read))
+        out[i][j] = out[j][i] = total
+    return out
 
 
 def similarity_weights(distances: torch.Tensor, momentum: float) -> torch.Tensor:
@@ -242,11 +264,8 @@ class FedAP(LocalBatchNorm):
             stats.append(
                 batchnorm_input_statistics(ctx.model, ctx.store.client_state(client), batches)
             )
-        n = len(stats)
-        distances = torch.zeros(n, n, dtype=torch.float64, device=self.ctx.device)
-        for i in range(n):
-            for j in range(i + 1, n):
-                distances[i, j] = distances[j, i] = wasserstein(stats[i], stats[j])
+        matrix = wasserstein_matrix(stats)
+        distances = torch.tensor(matrix, dtype=torch.float64, device=self.ctx.device)
         self.weights = similarity_weights(distances, self.options.model_momentum)
 
     def mixed(self, client: int) -> State:

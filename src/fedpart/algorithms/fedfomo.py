@@ -89,7 +89,7 @@ class FedFomo(Algorithm):
             return []
         scores = self.affinity[client, self.previous]
         order = torch.sort(scores, descending=True, stable=True).indices
-        return [self.previous[int(p)] for p in order[: self.options.M]]
+        return [self.previous[p] for p in order[: self.options.M].tolist()]
 
     def hold_out(self, rnd: int, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(validation, training) indices of ``client`` in round ``rnd``."""
@@ -119,14 +119,17 @@ class FedFomo(Algorithm):
         candidates = {
             j: {**own, **{k: store.server_state(j)[k] for k in self.params}} for j in others
         }
-        own_loss = mean_loss(self.ctx, own, val)
+        # the losses on the held-out split and the distances, read back at once
+        losses = [mean_loss(self.ctx, theta, val) for theta in (own, *candidates.values())]
+        distances = [
+            torch.sqrt(sum(((theta[k] - own[k]).double() ** 2).sum() for k in self.params))
+            for theta in candidates.values()
+        ]
+        own_loss, *rest = torch.stack([*losses, *distances]).tolist()
         benefit = {}
-        for j, theta in candidates.items():
-            distance = torch.sqrt(
-                sum(((theta[k] - own[k]).double() ** 2).sum() for k in self.params)
-            )
-            gain = own_loss - mean_loss(self.ctx, theta, val)
-            benefit[j] = gain / (float(distance) + 1e-5)
+        for n, j in enumerate(candidates):
+            gain = own_loss - rest[n]
+            benefit[j] = gain / (rest[len(candidates) + n] + 1e-5)
         positive = torch.tensor([max(0.0, benefit[j]) for j in others], dtype=torch.float64)
         if float(positive.sum()) <= 0.0:
             return Combination(own, received, benefit, train)

@@ -54,7 +54,7 @@ def train_on(
         ctx.model,
         start,
         recipe if recipe is not None else algo.recipe(rnd, client),
-        dataclasses.replace(ctx.data, clients=clients),
+        ctx.data.with_clients(clients),
         client,
         rnd,
         ctx.train_settings(rnd, client),
@@ -62,7 +62,9 @@ def train_on(
     )
 
 
-def mean_loss(ctx: MethodContext, state: State, index: torch.Tensor) -> float:
-    """Mean cross-entropy of ``state`` (evaluation mode) on the pool samples ``index``."""
+def mean_loss(ctx: MethodContext, state: State, index: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of ``state`` (evaluation mode) on the pool samples ``index``: a
+    float64 0-d tensor where the model is (0 for no samples), for the caller to read when it
+    has all it needs (each read of a GPU waits for its queued kernels)."""
     _, losses = evaluate_samples(ctx.model, state, ctx.data, index, ctx.cfg.engine.eval_batch_size)
-    return float(losses.double().mean()) if losses.numel() else 0.0
+    return losses.double().mean() if losses.numel() else losses.new_zeros((), dtype=torch.float64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,15 @@ class FederatedData:
     def device(self) -> torch.device:
         """Where the pool and the index arrays live."""
         return self.x.device
+
+    def with_clients(self, clients: list[ClientData]) -> FederatedData:
+        """The same pool with other clients' index arrays (a method training on part of a
+        client's split); the normalisation tensors made on the device are shared, not made again
+        at every batch of the new object."""
+        out = dataclasses.replace(self, clients=clients)
+        if "_norm" in self.__dict__:
+            out.__dict__["_norm"] = self.__dict__["_norm"]
+        return out
 
     def to(self, device: str | torch.device) -> FederatedData:
         """The pool (still ``uint8`` images), labels and every client's index arrays on
