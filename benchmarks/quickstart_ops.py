@@ -132,6 +132,8 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     totals = {"sequential": 0, "auto": 0}
+    copies = {"sequential": 0, "auto": 0}
+    reads = {"sequential": 0, "auto": 0}
     sites: list[str] = []
     for name in names:
         seq = counted(name, "sequential", args.rounds, **run_of)
@@ -144,6 +146,9 @@ def main() -> None:
         auto = bat or seq
         totals["sequential"] += seq.total_ops
         totals["auto"] += auto.total_ops
+        for which, run in (("sequential", seq), ("auto", auto)):
+            copies[which] += run.host_writes  # type: ignore[attr-defined]
+            reads[which] += run.device_reads  # type: ignore[attr-defined]
         cells = [f"{seq.total_ops:,}", "—", "—", f"{seq.total_syncs:,}", "—"]
         cells += [f"{seq.host_writes:,}", "—"]  # type: ignore[attr-defined]
         if bat is not None:
@@ -155,14 +160,17 @@ def main() -> None:
         for backend, run in runs if args.sites else []:
             top = run.write_sites.most_common(args.sites)  # type: ignore[attr-defined]
             where = ", ".join(f"{site} {n:,}" for site, n in top) or "none"
-            reads = run.device_reads  # type: ignore[attr-defined]
+            back = run.device_reads  # type: ignore[attr-defined]
             sites.append(
-                f"- {name}, {backend}: {where} (values read back from the device: {reads:,})"
+                f"- {name}, {backend}: {where} (values read back from the device: {back:,})"
             )
     ratio = totals["sequential"] / totals["auto"]
     print(
         f"\nall {len(names)} methods: {totals['sequential']:,} operators sequential, "
-        f"{totals['auto']:,} with auto's backend on CUDA ({ratio:.2f}× fewer)"
+        f"{totals['auto']:,} with auto's backend on CUDA ({ratio:.2f}× fewer); blocking "
+        f"host-to-device copies {copies['sequential']:,} sequential, {copies['auto']:,} with "
+        f"auto's; values read back from the device {reads['sequential']:,} sequential, "
+        f"{reads['auto']:,} with auto's"
     )
     if sites:
         print("\nhost-to-device copies by the source line that made them:")
