@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from fedpart.engine.mixers import SimilarityMixer, cosine, warmup_rounds
+from fedpart.bench.dispatch import DispatchCounter
+from fedpart.engine.mixers import SimilarityMixer, clipped, cosine, warmup_rounds
 from fedpart.engine.mixing import mix_states, normalize_rows
 
 
@@ -15,12 +16,19 @@ def states(n: int) -> dict[int, dict[str, torch.Tensor]]:
 
 def test_observe_sets_every_pair_of_the_participants_symmetrically():
     ups = states(4)
-    mixer = SimilarityMixer(4, torch.device("cpu"), lambda a, b: max(0.0, cosine(a, b, ["w"], 0)))
-    mixer.observe({c: ups[c] for c in (0, 2, 3)})
+    mixer = SimilarityMixer(4, torch.device("cpu"), lambda a, b: clipped(cosine(a, b, ["w"], 0)))
+    with DispatchCounter("cpu") as counter:
+        mixer.observe({c: ups[c] for c in (0, 2, 3)})
+    assert counter.total_syncs == 0  # computed and written on the device, nothing read back
     S = mixer.matrix
     assert torch.equal(S, S.T) and torch.equal(S.diagonal(), torch.ones(4, dtype=torch.float64))
     assert S[0, 1] == 0 and S[1, 2] == 0  # client 1 met no one
-    assert float(S[0, 2]) == max(0.0, cosine(ups[0], ups[2], ["w"], 0))
+    for i, j in ((0, 2), (0, 3), (2, 3)):  # Python's max(0, ·) of the float, bit for bit
+        assert float(S[i, j]) == max(0.0, float(cosine(ups[i], ups[j], ["w"], 0)))
+    assert (
+        float(clipped(torch.tensor(-0.0))) == 0.0
+        and float(clipped(torch.tensor(float("nan")))) == 0.0
+    )
 
 
 def test_mix_row_linear_over_the_held_states_softmax_over_all_and_ready_weights():

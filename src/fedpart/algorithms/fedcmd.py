@@ -47,6 +47,7 @@ from fedpart.engine.layer_selection import (  # noqa: F401 - also importable fro
 )
 from fedpart.engine.mixers import (
     SimilarityMixer,
+    clipped,
     cosine,
     rowwise_cosine,
     similarity_statistics,
@@ -214,7 +215,7 @@ class FedCMD(Algorithm):
         self.mixer = SimilarityMixer(
             self.ctx.data.num_clients,
             self.ctx.device,
-            lambda a, b: max(0.0, self._similarity(a, b, o.eps)),
+            lambda a, b: clipped(self._similarity(a, b, o.eps)),
         )
         #: the server's copy of each client's latest upload of the layers after l* (Eq. 7)
         self.latest: dict[int, State] = {}
@@ -353,7 +354,7 @@ class FedCMD(Algorithm):
             held = lambda j: self.latest.get(j, store.global_state)  # noqa: E731
             store.set_tailored(i, self.mixer.mix_row(phi[i], held, post, how="softmax"))
 
-    def _similarity(self, a: State, b: State, eps: float) -> float:
+    def _similarity(self, a: State, b: State, eps: float) -> torch.Tensor:
         keys = sorted(k for k in a if k.startswith("similarity/"))
         if self.options.switch("similarity") == "parameters":
             return cosine(a, b, keys, eps)

@@ -11,7 +11,7 @@ import torch
 from fedpart.algorithms.base import Algorithm
 from fedpart.config import fraction, option
 from fedpart.engine import method_state as saved
-from fedpart.engine.mixers import SimilarityMixer, warmup_rounds
+from fedpart.engine.mixers import SimilarityMixer, clipped, warmup_rounds
 from fedpart.engine.mixing import normalize_rows
 from fedpart.errors import ConfigError
 from fedpart.models import BlockModel
@@ -45,10 +45,11 @@ def classifier_weight_key(model: BlockModel) -> str:
     return keys[-1]
 
 
-def classifier_similarity(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max(0, mean over classes of cos(a_c, b_c)): one row per class of the two classifiers."""
+def classifier_similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """max(0, mean over classes of cos(a_c, b_c)): one row per class of the two classifiers
+    (a float64 0-d tensor where they are)."""
     cos = torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1)
-    return max(0.0, float(cos.mean()))
+    return clipped(cos.mean())
 
 
 @register

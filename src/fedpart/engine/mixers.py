@@ -19,22 +19,28 @@ from fedpart.engine.mixing import mix_states, normalize_rows
 State = dict[str, torch.Tensor]
 
 
-def cosine(a: State, b: State, keys: Sequence[str], eps: float) -> float:
+def cosine(a: State, b: State, keys: Sequence[str], eps: float) -> torch.Tensor:
     """a·b / (‖a‖‖b‖ + ε) of the tensors ``keys`` of two states, flattened into one vector each
-    (FedCMD Eq. 8)."""
+    (FedCMD Eq. 8): a float64 0-d tensor where the states are."""
     va = torch.cat([a[k].flatten() for k in keys]).double()
     vb = torch.cat([b[k].flatten() for k in keys]).double()
-    return float(va @ vb / (va.norm() * vb.norm() + eps))
+    return va @ vb / (va.norm() * vb.norm() + eps)
 
 
-def rowwise_cosine(a: State, b: State, keys: Sequence[str], eps: float) -> float:
+def rowwise_cosine(a: State, b: State, keys: Sequence[str], eps: float) -> torch.Tensor:
     """The mean over ``keys`` of the mean row-wise cosine (one row per output unit) of two
-    states' tensors (FedCMD's code, on weight updates)."""
+    states' tensors (FedCMD's code, on weight updates): a float64 0-d tensor."""
     sims = []
     for k in keys:
         ra, rb = a[k].double().flatten(1), b[k].double().flatten(1)
         sims.append(torch.nn.functional.cosine_similarity(ra, rb, dim=-1, eps=eps).mean())
-    return float(torch.stack(sims).mean())
+    return torch.stack(sims).mean()
+
+
+def clipped(t: torch.Tensor) -> torch.Tensor:
+    """``max(0, t)`` as Python's ``max(0.0, float(t))`` gives it (NaN and −0 become 0), on the
+    device: a similarity clipped at 0."""
+    return torch.where(t > 0, t, torch.zeros_like(t))
 
 
 def warmup_rounds(rounds: int, ratio: float, fixed: int | None) -> int:
@@ -46,12 +52,16 @@ class SimilarityMixer:
     """A persistent similarity matrix ``S`` (``I`` at the start, float64 on ``device``) and
     client ``i``'s aggregate ``Σ_j W_ij x_j`` with ``W_i`` a normalised row of it.
 
-    ``similarity(a, b)`` measures two clients' uploads (symmetric, ≥ 0); :meth:`observe` sets
-    ``S_ij = S_ji`` for every pair of a round's participants, in client order. Pairs that never
-    met keep their last value."""
+    ``similarity(a, b)`` measures two clients' uploads (symmetric, ≥ 0) as a 0-d tensor where
+    the uploads are; :meth:`observe` sets ``S_ij = S_ji`` for every pair of a round's
+    participants, all at once on the device (nothing is read back). Pairs that never met keep
+    their last value."""
 
     def __init__(
-        self, num_clients: int, device: torch.device, similarity: Callable[[State, State], float]
+        self,
+        num_clients: int,
+        device: torch.device,
+        similarity: Callable[[State, State], torch.Tensor],
     ) -> None:
         self.matrix = torch.eye(num_clients, dtype=torch.float64, device=device)
         self.similarity = similarity
@@ -59,10 +69,14 @@ class SimilarityMixer:
     def observe(self, uploads: Mapping[int, State]) -> None:
         """Set the similarity of every pair of this round's participants from their uploads."""
         clients = sorted(uploads)
-        for a, i in enumerate(clients):
-            for j in clients[a + 1 :]:
-                s = self.similarity(uploads[i], uploads[j])
-                self.matrix[i, j] = self.matrix[j, i] = s
+        pairs = [(i, j) for a, i in enumerate(clients) for j in clients[a + 1 :]]
+        if not pairs:
+            return
+        values = torch.stack([self.similarity(uploads[i], uploads[j]) for i, j in pairs])
+        rows, cols = torch.tensor(pairs, device=self.matrix.device).T
+        values = values.to(self.matrix.dtype)
+        self.matrix[rows, cols] = values
+        self.matrix[cols, rows] = values
 
     @staticmethod
     def mix_row(
